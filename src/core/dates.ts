@@ -1,0 +1,74 @@
+/**
+ * Calendar days in a project's timezone. Days are strings 'YYYY-MM-DD'; arithmetic on them goes through UTC
+ * midnights, so DST never makes a day disappear or repeat: a 23- or 25-hour day is still one key.
+ */
+
+const DAY_MS = 86_400_000;
+const DATE_RE = /^(\d{4})-(\d{2})-(\d{2})$/;
+
+const formatters = new Map<string, Intl.DateTimeFormat>();
+
+function formatterFor(timeZone: string): Intl.DateTimeFormat {
+  let f = formatters.get(timeZone);
+  if (!f) {
+    // en-CA formats as YYYY-MM-DD.
+    f = new Intl.DateTimeFormat('en-CA', { timeZone, year: 'numeric', month: '2-digit', day: '2-digit' });
+    formatters.set(timeZone, f);
+  }
+  return f;
+}
+
+/** The calendar day of instant `ms` in `timeZone`. */
+export function dayOf(ms: number, timeZone: string): string {
+  if (timeZone === 'UTC') return new Date(ms).toISOString().slice(0, 10);
+  return formatterFor(timeZone).format(ms);
+}
+
+/** Is `name` an IANA timezone this runtime knows? */
+export function isValidTimeZone(name: string): boolean {
+  try {
+    formatterFor(name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A real calendar date in YYYY-MM-DD form (rejects 2026-02-30). */
+export function isValidDate(s: string): boolean {
+  const m = DATE_RE.exec(s);
+  if (!m) return false;
+  const t = Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]));
+  return Number.isFinite(t) && new Date(t).toISOString().slice(0, 10) === s;
+}
+
+function utcMidnight(day: string): number {
+  return Date.parse(`${day}T00:00:00Z`);
+}
+
+export function addDays(day: string, n: number): string {
+  return new Date(utcMidnight(day) + n * DAY_MS).toISOString().slice(0, 10);
+}
+
+/** Inclusive number of days from `from` to `to`. */
+export function daysBetween(from: string, to: string): number {
+  return Math.round((utcMidnight(to) - utcMidnight(from)) / DAY_MS) + 1;
+}
+
+/** Every day from `from` to `to`, inclusive. */
+export function eachDay(from: string, to: string): string[] {
+  const out: string[] = [];
+  for (let d = from; d <= to; d = addDays(d, 1)) out.push(d);
+  return out;
+}
+
+/** Calendar month (UTC) of an instant, 'YYYY-MM': the monthly allowance resets on UTC month boundaries. */
+export function utcMonthOf(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 7);
+}
+
+/** Start of the next UTC month after `ms`, for Retry-After on quota_exceeded. */
+export function nextUtcMonthStart(ms: number): number {
+  const d = new Date(ms);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+}

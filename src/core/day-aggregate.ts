@@ -1,0 +1,78 @@
+import { CappedCounter } from './capped-counter.ts';
+import { hash53 } from './hash.ts';
+import { HyperLogLog } from './hyperloglog.ts';
+import { EXACT_USERS_PER_DAY } from './limits.ts';
+import type { StoredEvent } from './types.ts';
+
+/**
+ * Everything one project's day needs to answer /metrics exactly. A session is a (sessionId, day) pair, so a
+ * session crossing midnight counts on both days and every figure sums exactly over days.
+ */
+export class DayAggregate {
+  pageviews = 0;
+  /** sessions with exactly one page_view */
+  bounces = 0;
+  /** sessions with at least one page_view */
+  sessionsWithPageview = 0;
+  /** hash53(sessionId) -> page_views of that session on this day */
+  readonly sessions = new Map<number, number>();
+  /** hash53(user identity) */
+  readonly users = new Set<number>();
+  /** built once the day passes EXACT_USERS_PER_DAY; derivable from `users`, so never snapshotted */
+  sketch: HyperLogLog | undefined;
+  readonly sources = new CappedCounter();
+  readonly countries = new CappedCounter();
+  readonly devices = new CappedCounter();
+  readonly pages = new CappedCounter();
+  readonly events = new CappedCounter();
+
+  constructor(readonly day: string) {}
+
+  apply(e: StoredEvent): void {
+    this.events.add(e.event);
+    const isPageview = e.event === 'page_view';
+    if (isPageview) {
+      this.pageviews++;
+      this.pages.add(e.path || '/');
+    }
+
+    const u = hash53(e.user);
+    if (!this.users.has(u)) {
+      this.users.add(u);
+      if (this.sketch) this.sketch.add(u);
+      else if (this.users.size > EXACT_USERS_PER_DAY) this.buildSketch();
+    }
+
+    const s = hash53(e.sessionId);
+    const pv = this.sessions.get(s);
+    if (pv === undefined) {
+      // The session's first event of the day decides its source, country and device.
+      this.sources.add(e.source);
+      this.countries.add(e.country);
+      this.devices.add(e.device);
+    }
+    if (isPageview) {
+      const next = (pv ?? 0) + 1;
+      this.sessions.set(s, next);
+      if (next === 1) {
+        this.sessionsWithPageview++;
+        this.bounces++;
+      } else if (next === 2) {
+        this.bounces--;
+      }
+    } else if (pv === undefined) {
+      this.sessions.set(s, 0);
+    }
+  }
+
+  buildSketch(): void {
+    const h = new HyperLogLog();
+    for (const u of this.users) h.add(u);
+    this.sketch = h;
+  }
+}
+
+export function formatRate(numerator: number, denominator: number): string {
+  if (denominator === 0) return '0.0%';
+  return `${((numerator / denominator) * 100).toFixed(1)}%`;
+}

@@ -1,0 +1,109 @@
+import { z } from 'zod';
+import {
+  MAX_COUNTRY,
+  MAX_DEVICE,
+  MAX_EVENT_ID,
+  MAX_EVENT_NAME,
+  MAX_ID,
+  MAX_ITEMS,
+  MAX_PARAM_KEY,
+  MAX_PARAM_STRING,
+  MAX_PARAMS,
+  MAX_PROJECT_ID,
+  MAX_SOURCE_NAME,
+  MAX_URL,
+} from './limits.ts';
+
+/**
+ * The one schema of an incoming event. HTTP and gRPC both hand it plain objects, so every limit is the same on
+ * both faces. Fields not named here are page context: kept in the log, not aggregated.
+ */
+
+const NO_CONTROL = /^[^\u0000-\u001f\u007f-\u009f]*$/;
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/;
+
+export function isHttpUrl(s: string): boolean {
+  if (!/^https?:\/\//i.test(s)) return false;
+  return URL.canParse(s);
+}
+
+const finiteNumber = z.number().refine(Number.isFinite, 'must be a finite number');
+const scalar = z.union([z.string().max(MAX_PARAM_STRING), finiteNumber, z.boolean(), z.null()]);
+
+const eventParams = z
+  .record(z.string().min(1).max(MAX_PARAM_KEY), scalar)
+  .refine((o) => Object.keys(o).length <= MAX_PARAMS, `at most ${MAX_PARAMS} parameters`);
+
+const lineItem = z.looseObject({
+  item_id: z.string().min(1).max(MAX_ID).optional(),
+  price: finiteNumber.optional(),
+  quantity: z.number().int().optional(),
+}).refine(
+  (o) => Object.values(o).every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v)),
+  'item fields must be scalars',
+);
+
+const timestamp = z.union([
+  z.number().int('must be an integer number of milliseconds').nonnegative(),
+  z.string().regex(ISO_8601, 'must be ms since epoch or an ISO-8601 date-time').refine((s) => Number.isFinite(Date.parse(s)), 'not a real date-time'),
+]);
+
+export const KNOWN_FIELDS = [
+  'projectId', 'sessionId', 'userId', 'url', 'referrer', 'country', 'device', 'event',
+  'eventParams', 'fingerprint', 'timestamp', 'eventId', 'items',
+] as const;
+
+export const EventSchema = z
+  .looseObject({
+    event: z
+      .string({ error: 'is required' })
+      .min(1, 'must not be empty')
+      .max(MAX_EVENT_NAME)
+      .regex(NO_CONTROL, 'must not contain control characters'),
+    url: z
+      .string()
+      .max(MAX_URL)
+      .refine((s) => s.startsWith('/') || isHttpUrl(s), 'must be an absolute http(s) URL or a path starting with /')
+      .optional(),
+    projectId: z.string().min(1).max(MAX_PROJECT_ID).optional(),
+    sessionId: z.string().min(1).max(MAX_ID).optional(),
+    userId: z.string().max(MAX_ID).optional(),
+    fingerprint: z.string().max(MAX_ID).optional(),
+    referrer: z
+      .string()
+      .max(MAX_URL)
+      .refine((s) => s.length <= MAX_SOURCE_NAME || isHttpUrl(s), `must be a URL or a source name of at most ${MAX_SOURCE_NAME} characters`)
+      .optional(),
+    country: z.string().max(MAX_COUNTRY).optional(),
+    device: z.string().max(MAX_DEVICE).optional(),
+    eventParams: eventParams.optional(),
+    timestamp: timestamp.optional(),
+    eventId: z.string().min(1).max(MAX_EVENT_ID).optional(),
+    items: z.array(lineItem).max(MAX_ITEMS).optional(),
+  })
+  .superRefine((e, ctx) => {
+    if (e.event === 'page_view' && e.url === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['url'], message: 'is required for page_view' });
+    }
+  });
+
+export type EventInput = z.infer<typeof EventSchema>;
+
+export interface FieldIssue {
+  path: string;
+  message: string;
+}
+
+export type EventParse = { ok: true; event: EventInput } | { ok: false; issues: FieldIssue[] };
+
+export function parseEvent(raw: unknown): EventParse {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    return { ok: false, issues: [{ path: '', message: 'an event must be a JSON object' }] };
+  }
+  const r = EventSchema.safeParse(raw);
+  if (r.success) return { ok: true, event: r.data };
+  return {
+    ok: false,
+    issues: r.error.issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message })),
+  };
+}

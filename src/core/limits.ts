@@ -1,0 +1,63 @@
+/**
+ * Every bound of the service, each with the reason it has the value it has.
+ * CONTRACT.md fixes most of them; the rest protect memory or latency.
+ */
+
+/** CONTRACT: events per batch; a batch is one LMDB transaction, 500 keeps a commit well under 10 ms. */
+export const MAX_BATCH_EVENTS = 500;
+/** CONTRACT: one encoded event; page context is free-form, so this caps what the log keeps per event. */
+export const MAX_EVENT_BYTES = 32 * 1024;
+/** CONTRACT: request body cap, enforced while streaming. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+/** CONTRACT: JSON nesting beyond this is refused (deep nesting is an attack, never analytics). */
+export const MAX_JSON_DEPTH = 8;
+
+/** CONTRACT: event name length. */
+export const MAX_EVENT_NAME = 64;
+/** CONTRACT: URLs longer than this are almost always tracking junk. */
+export const MAX_URL = 2048;
+/** CONTRACT: a referrer that is not a URL is a source name of at most this length. */
+export const MAX_SOURCE_NAME = 100;
+/** CONTRACT: session, user and fingerprint identifiers. */
+export const MAX_ID = 128;
+/** CONTRACT: idempotency key length. */
+export const MAX_EVENT_ID = 64;
+/** CONTRACT: free-form country names (ISO codes are two letters). */
+export const MAX_COUNTRY = 64;
+/** CONTRACT: device class names. */
+export const MAX_DEVICE = 32;
+/** CONTRACT: custom parameters per event. */
+export const MAX_PARAMS = 25;
+/** CONTRACT: parameter key length. */
+export const MAX_PARAM_KEY = 40;
+/** CONTRACT: string parameter value length. */
+export const MAX_PARAM_STRING = 500;
+/** CONTRACT: purchase line items per event. */
+export const MAX_ITEMS = 200;
+/** Project identifiers are ours (p_ + 22 chars) but callers may send anything; cap what we look up. */
+export const MAX_PROJECT_ID = 128;
+
+/** CONTRACT: timestamps older than this are refused (late beacons, clock skew, offline queues). */
+export const MAX_PAST_MS = 31 * 24 * 3600 * 1000;
+/** CONTRACT: timestamps ahead of the server clock by more than this are refused. */
+export const MAX_FUTURE_MS = 5 * 60 * 1000;
+/** CONTRACT: how long an eventId is remembered for de-duplication. */
+export const DEDUP_WINDOW_MS = 48 * 3600 * 1000;
+
+/** CONTRACT: distinct keys per breakdown per project and day; the rest go under OTHER_KEY. */
+export const MAX_BREAKDOWN_KEYS = 1000;
+export const OTHER_KEY = '(other)';
+/** CONTRACT: recent events kept per project (the ring). */
+export const RECENT_RING_SIZE = 1000;
+/** CONTRACT: recent events returned by one metrics read. */
+export const RECENT_RETURNED = 50;
+/** CONTRACT: longest metrics range, inclusive. */
+export const MAX_RANGE_DAYS = 366;
+
+/**
+ * Days with fewer distinct users than this are unioned exactly on range reads; larger days keep a
+ * HyperLogLog sketch. 4096 hashes merge in ~0.1 ms, a sketch costs 64 KiB, so small days stay exact and cheap.
+ */
+export const EXACT_USERS_PER_DAY = 4096;
+/** HyperLogLog precision: 2^16 registers give 0.41 % standard error, so a range is within 1 % at 2.4 sigma. */
+export const HLL_PRECISION = 16;

@@ -1,0 +1,101 @@
+import { dayOf } from './dates.ts';
+import type { EventInput } from './event-schema.ts';
+import { KNOWN_FIELDS } from './event-schema.ts';
+import { MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
+import type { LineItem, Scalar, StoredEvent } from './types.ts';
+
+/** What the engine has worked out about the request and the event before it can be stored. */
+export interface NormalizeContext {
+  projectId: string;
+  timezone: string;
+  /** server receive time */
+  now: number;
+  /** traffic source and normalized referrer (from enrich/classifySource) */
+  source: string;
+  referrer: string;
+  /** the event's sessionId, or the derived anonymous one */
+  sessionId: string;
+  /** from the request when the event does not say */
+  device: string;
+  country: string;
+  /** extra page context derived from the request (browser, os) */
+  context?: Record<string, string> | undefined;
+}
+
+export type NormalizeResult = { ok: true; event: StoredEvent } | { ok: false; path: string; message: string };
+
+const ISO_COUNTRY = /^[A-Za-z]{2}$/;
+const known = new Set<string>(KNOWN_FIELDS);
+
+/** Turns a validated event into the record the log stores and the reducer folds. */
+export function normalizeEvent(input: EventInput, ctx: NormalizeContext): NormalizeResult {
+  const ts = eventTime(input.timestamp, ctx.now);
+  if (ts === undefined) return { ok: false, path: 'timestamp', message: 'not a valid time' };
+  if (ts < ctx.now - MAX_PAST_MS) return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past' };
+  if (ts > ctx.now + MAX_FUTURE_MS) return { ok: false, path: 'timestamp', message: 'is more than 5 minutes in the future' };
+
+  const url = input.url ?? '';
+  const userId = input.userId || undefined;
+  const fingerprint = input.fingerprint || undefined;
+  const user = userId !== undefined ? `u:${userId}` : fingerprint !== undefined ? `f:${fingerprint}` : `s:${ctx.sessionId}`;
+
+  const out: StoredEvent = {
+    t: 'e',
+    p: ctx.projectId,
+    ts,
+    rt: ctx.now,
+    day: dayOf(ts, ctx.timezone),
+    event: input.event,
+    url,
+    path: urlPath(url),
+    referrer: ctx.referrer,
+    source: ctx.source,
+    sessionId: ctx.sessionId,
+    user,
+    country: normalizeCountry(input.country) ?? ctx.country,
+    device: input.device ? input.device.toLowerCase() : ctx.device,
+    params: (input.eventParams ?? {}) as Record<string, Scalar>,
+  };
+  if (userId !== undefined) out.userId = userId;
+  if (fingerprint !== undefined) out.fingerprint = fingerprint;
+  if (input.items !== undefined) out.items = input.items as LineItem[];
+  if (input.eventId !== undefined) out.eventId = input.eventId;
+  const pageContext = pickContext(input, ctx.context);
+  if (pageContext) out.ctx = pageContext;
+  return { ok: true, event: out };
+}
+
+function eventTime(t: number | string | undefined, now: number): number | undefined {
+  if (t === undefined) return now;
+  const ms = typeof t === 'number' ? t : Date.parse(t);
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
+function normalizeCountry(c: string | undefined): string | undefined {
+  if (c === undefined || c === '') return undefined;
+  return ISO_COUNTRY.test(c) ? c.toUpperCase() : c;
+}
+
+/** URL path without query or fragment: pages are counted by path. */
+export function urlPath(url: string): string {
+  if (url === '') return '';
+  if (url.startsWith('/')) {
+    const cut = url.search(/[?#]/);
+    return cut === -1 ? url : url.slice(0, cut);
+  }
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return '';
+  }
+}
+
+function pickContext(input: EventInput, derived: Record<string, string> | undefined): Record<string, unknown> | undefined {
+  let ctx: Record<string, unknown> | undefined;
+  for (const key of Object.keys(input)) {
+    if (known.has(key)) continue;
+    (ctx ??= {})[key] = (input as Record<string, unknown>)[key];
+  }
+  if (derived) for (const [k, v] of Object.entries(derived)) if (!(ctx && k in ctx)) (ctx ??= {})[k] = v;
+  return ctx;
+}

@@ -1,0 +1,111 @@
+import { DayAggregate } from './day-aggregate.ts';
+import { EXACT_USERS_PER_DAY } from './limits.ts';
+import type { RingEntry } from './recent-ring.ts';
+import { AnalyticsState } from './state.ts';
+
+/**
+ * The state as plain data (typed arrays for the large distinct sets), for the store to serialize. Sketches are
+ * left out: they are rebuilt from the exact sets on restore.
+ */
+export const SNAPSHOT_VERSION = 1;
+
+type Pairs = [string, number][];
+
+export interface DaySnapshot {
+  day: string;
+  pageviews: number;
+  bounces: number;
+  sessionsWithPageview: number;
+  sessionKeys: Float64Array;
+  sessionPageviews: Uint32Array;
+  users: Float64Array;
+  sources: Pairs;
+  countries: Pairs;
+  devices: Pairs;
+  pages: Pairs;
+  events: Pairs;
+}
+
+export interface ProjectSnapshot {
+  id: string;
+  days: DaySnapshot[];
+  recent: RingEntry[];
+  bots: Pairs;
+  seenEventIds: Pairs;
+  monthly: Pairs;
+}
+
+export interface SnapshotData {
+  version: number;
+  lastSeq: number;
+  projects: ProjectSnapshot[];
+}
+
+export function toSnapshot(state: AnalyticsState): SnapshotData {
+  const projects: ProjectSnapshot[] = [];
+  for (const [id, p] of state.projects) {
+    const days: DaySnapshot[] = [];
+    for (const d of p.days.values()) {
+      const sessionKeys = new Float64Array(d.sessions.size);
+      const sessionPageviews = new Uint32Array(d.sessions.size);
+      let i = 0;
+      for (const [k, v] of d.sessions) {
+        sessionKeys[i] = k;
+        sessionPageviews[i++] = v;
+      }
+      days.push({
+        day: d.day,
+        pageviews: d.pageviews,
+        bounces: d.bounces,
+        sessionsWithPageview: d.sessionsWithPageview,
+        sessionKeys,
+        sessionPageviews,
+        users: Float64Array.from(d.users),
+        sources: [...d.sources.counts],
+        countries: [...d.countries.counts],
+        devices: [...d.devices.counts],
+        pages: [...d.pages.counts],
+        events: [...d.events.counts],
+      });
+    }
+    projects.push({
+      id,
+      days,
+      recent: p.recent.oldestFirst(),
+      bots: [...p.bots],
+      seenEventIds: [...p.seenEventIds],
+      monthly: [...p.monthly],
+    });
+  }
+  return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, projects };
+}
+
+export function fromSnapshot(data: SnapshotData): AnalyticsState {
+  if (data.version !== SNAPSHOT_VERSION) throw new Error(`unsupported snapshot version ${data.version}`);
+  const state = new AnalyticsState();
+  state.lastSeq = data.lastSeq;
+  for (const ps of data.projects) {
+    const p = state.project(ps.id);
+    for (const ds of ps.days) {
+      const d = new DayAggregate(ds.day);
+      d.pageviews = ds.pageviews;
+      d.bounces = ds.bounces;
+      d.sessionsWithPageview = ds.sessionsWithPageview;
+      for (let i = 0; i < ds.sessionKeys.length; i++) d.sessions.set(ds.sessionKeys[i]!, ds.sessionPageviews[i]!);
+      for (const u of ds.users) d.users.add(u);
+      // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
+      if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
+      for (const [k, v] of ds.sources) d.sources.counts.set(k, v);
+      for (const [k, v] of ds.countries) d.countries.counts.set(k, v);
+      for (const [k, v] of ds.devices) d.devices.counts.set(k, v);
+      for (const [k, v] of ds.pages) d.pages.counts.set(k, v);
+      for (const [k, v] of ds.events) d.events.counts.set(k, v);
+      p.days.set(ds.day, d);
+    }
+    for (const e of ps.recent) p.recent.push(e);
+    for (const [k, v] of ps.bots) p.bots.set(k, v);
+    for (const [k, v] of ps.seenEventIds) p.seenEventIds.set(k, v);
+    for (const [k, v] of ps.monthly) p.monthly.set(k, v);
+  }
+  return state;
+}

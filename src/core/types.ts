@@ -1,0 +1,98 @@
+/** Scalar values allowed in eventParams and line items. */
+export type Scalar = string | number | boolean | null;
+
+export interface LineItem {
+  item_id?: string;
+  price?: number;
+  quantity?: number;
+  [field: string]: Scalar | undefined;
+}
+
+/**
+ * One event as it is appended to the log and folded by the reducer: validated, normalized and enriched.
+ * Everything the reducer needs is here, so replaying the log never consults a clock, a timezone table or a
+ * User-Agent parser, and the result is byte-for-byte what was folded live.
+ */
+export interface StoredEvent {
+  t: 'e';
+  /** project id */
+  p: string;
+  /** event time, ms since epoch */
+  ts: number;
+  /** server receive time, ms since epoch (dedup window, monthly quota) */
+  rt: number;
+  /** calendar day of `ts` in the project's timezone, YYYY-MM-DD */
+  day: string;
+  event: string;
+  /** as sent ('' when absent) */
+  url: string;
+  /** URL path without query or fragment ('' when there is no url) */
+  path: string;
+  /** normalized referrer ('' when direct) */
+  referrer: string;
+  /** traffic source of this event (utm_source, known name, host, or Direct) */
+  source: string;
+  sessionId: string;
+  /** distinct-user identity: 'u:' userId, else 'f:' fingerprint, else 's:' sessionId */
+  user: string;
+  userId?: string;
+  fingerprint?: string;
+  country: string;
+  device: string;
+  params: Record<string, Scalar>;
+  items?: LineItem[];
+  eventId?: string;
+  /** page context: fields we keep but do not aggregate */
+  ctx?: Record<string, unknown>;
+}
+
+/** A bot hit: acknowledged, never counted as traffic, but counted in the project's `bots` figure. */
+export interface BotRecord {
+  t: 'b';
+  p: string;
+  day: string;
+  rt: number;
+}
+
+export type LogRecord = StoredEvent | BotRecord;
+
+export interface RecentEvent {
+  ts: number;
+  event: string;
+  url: string;
+  referrer: string;
+  source: string;
+  country: string;
+  device: string;
+  sessionId: string;
+}
+
+export type Breakdown = Record<string, number>;
+
+export interface DailyFigures {
+  date: string;
+  users: number;
+  sessions: number;
+  pageviews: number;
+  bounceRate: string;
+}
+
+/** The one JSON shape of GET /metrics (and GetMetrics over gRPC). */
+export interface MetricsResponse {
+  projectId: string;
+  from: string;
+  to: string;
+  timezone: string;
+  users: number;
+  sessions: number;
+  pageviews: number;
+  bounceRate: string;
+  trafficSources: Breakdown;
+  countries: Breakdown;
+  devices: Breakdown;
+  pages: Breakdown;
+  events: Breakdown;
+  bots: number;
+  recentEvents: RecentEvent[];
+  daily: DailyFigures[];
+}

@@ -1,0 +1,102 @@
+import type { MetricsResponse } from '../core/types.ts';
+
+/**
+ * What the faces (HTTP, gRPC) see of the engine. Faces parse their wire format into plain values, call the
+ * engine, and map the Outcome to their wire with one exhaustive mapping each. They never re-implement rules.
+ */
+
+export type ErrorCode =
+  | 'invalid_json'
+  | 'invalid_event'
+  | 'invalid_request'
+  | 'unauthorized'
+  | 'forbidden'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'rate_limited'
+  | 'quota_exceeded'
+  | 'internal'
+  | 'unavailable';
+
+/** One problem with one field of one event (index is the event's position in the batch). */
+export interface ErrorDetail {
+  index?: number;
+  path: string;
+  message: string;
+}
+
+export interface EngineError {
+  code: ErrorCode;
+  message: string;
+  details?: ErrorDetail[];
+  /** for rate_limited / quota_exceeded / unavailable: seconds until a retry can succeed */
+  retryAfterSeconds?: number;
+}
+
+/** Rate-limit state of the caller's key, sent on every authenticated response (RateLimit-* headers). */
+export interface RateInfo {
+  limit: number;
+  remaining: number;
+  resetSeconds: number;
+}
+
+export type Outcome<T> =
+  | { ok: true; value: T; rate?: RateInfo }
+  | { ok: false; error: EngineError; rate?: RateInfo };
+
+/** Facts about one request that the rules need; the faces fill them from headers or gRPC metadata. */
+export interface RequestMeta {
+  /** raw `authorization` header or metadata value */
+  authorization?: string | undefined;
+  origin?: string | undefined;
+  referer?: string | undefined;
+  /** client IP as the face sees it (never stored) */
+  ip: string;
+  /** raw User-Agent (never stored) */
+  userAgent: string;
+}
+
+export interface IngestAck {
+  ts: number;
+  accepted: number;
+}
+
+export interface MetricsQuery {
+  date?: string | undefined;
+  from?: string | undefined;
+  to?: string | undefined;
+  projectId?: string | undefined;
+}
+
+export interface ProjectView {
+  id: string;
+  name: string;
+  allowed_origins: string[];
+  allowed_referrers: string[];
+  timezone: string;
+  monthly_quota: number;
+  created_at: string;
+}
+
+export interface CreatedProject {
+  project: ProjectView;
+  keys: { secret: string; publishable: string };
+}
+
+export interface HealthView {
+  status: 'ok' | 'unavailable';
+  version: string;
+  uptimeSeconds: number;
+}
+
+/** The engine's public surface. `src/engine/engine.ts` implements it. */
+export interface AnalyticsEngine {
+  /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
+  ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>>;
+  metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse>;
+  listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }>;
+  createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
+  health(): HealthView;
+}
