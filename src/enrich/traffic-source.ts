@@ -1,0 +1,130 @@
+import { KNOWN_SOURCE_HOSTS, KNOWN_SOURCE_PATTERNS } from './known-sources.ts';
+
+/**
+ * Traffic source of one event, by the CONTRACT rule:
+ *   1. `utm_source`, then `ref`, then `source` from the page URL's query;
+ *   2. `Direct` when the referrer is empty, on the page's own host, or on localhost;
+ *   3. a known name for the referrer host (known-sources.ts);
+ *   4. the referrer's host without `www.`;
+ *   5. a referrer that is not a URL (e.g. `newsletter`) is the name itself.
+ * Pure and synchronous; called per event.
+ */
+
+export const DIRECT = 'Direct';
+
+/** CONTRACT: a source name (and a referrer given as a name) is at most 100 chars */
+export const MAX_SOURCE_NAME_LENGTH = 100;
+/** same bound as the event `url`, so a normalized referrer never outgrows what validation accepts */
+export const MAX_REFERRER_LENGTH = 2048;
+
+/** campaign parameters of the page URL, in order of precedence */
+const SOURCE_PARAMS = ['utm_source', 'ref', 'source'] as const;
+
+/** a Map, not the object literal, so a host named "constructor" or "__proto__" cannot reach Object.prototype */
+const KNOWN_HOSTS: ReadonlyMap<string, string> = new Map(Object.entries(KNOWN_SOURCE_HOSTS));
+
+const LOCAL_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]', '::1', '0.0.0.0']);
+
+/** `scheme://` — anything else is either a bare host ("google.com/search") or a name */
+const HAS_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+/** schemes that say "no referring page" (blank tabs, local files, inline documents) */
+const NO_REFERRER_SCHEME = /^(?:about|file|data|blob|javascript):/i;
+/**
+ * A bare host, optionally with port and path: labels joined by dots, ending in a TLD that starts with a letter
+ * (so "v1.2" or "e.g" stay names), or localhost, or a dotted IPv4 address.
+ */
+const BARE_HOST =
+  /^(?:(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9-]{1,62}|localhost|\d{1,3}(?:\.\d{1,3}){3})(?::\d{1,5})?(?:[/?#]|$)/i;
+/** C0 controls and DEL never belong in a name shown in a breakdown */
+const CONTROL_CHARS = /[\u0000-\u001f\u007f]/g;
+
+export interface TrafficSource {
+  /** normalized referrer: scheme, host and path (no query, no fragment, no credentials); the name itself; or '' */
+  referrer: string;
+  source: string;
+}
+
+export function classifySource(referrer: string, url: string): TrafficSource {
+  const ref = normalizeReferrer(referrer, url);
+  const campaign = campaignSource(url);
+  return { referrer: ref.referrer, source: campaign ?? ref.source };
+}
+
+function campaignSource(url: string): string | undefined {
+  const q = url.indexOf('?');
+  if (q < 0) return undefined;
+  const hash = url.indexOf('#', q);
+  const params = new URLSearchParams(hash < 0 ? url.slice(q + 1) : url.slice(q + 1, hash));
+  for (const name of SOURCE_PARAMS) {
+    const value = params.get(name);
+    if (value === null) continue;
+    const cleaned = cleanName(value);
+    if (cleaned !== '') return cleaned;
+  }
+  return undefined;
+}
+
+function normalizeReferrer(raw: string, pageUrl: string): TrafficSource {
+  const trimmed = raw.trim();
+  if (trimmed === '' || NO_REFERRER_SCHEME.test(trimmed)) return { referrer: '', source: DIRECT };
+
+  let parsed: URL | undefined;
+  if (HAS_SCHEME.test(trimmed)) parsed = parseUrl(trimmed);
+  else if (BARE_HOST.test(trimmed)) parsed = parseUrl(`https://${trimmed}`);
+
+  if (parsed === undefined || parsed.hostname === '') {
+    // Not a URL: the caller named the source ("newsletter", "Product Hunt").
+    const name = cleanName(trimmed);
+    return name === '' ? { referrer: '', source: DIRECT } : { referrer: name, source: name };
+  }
+
+  const host = stripWww(parsed.hostname);
+  if (LOCAL_HOSTS.has(host) || host.endsWith('.localhost') || host === pageHost(pageUrl)) {
+    return { referrer: '', source: DIRECT };
+  }
+  const normalized = `${parsed.protocol}//${parsed.host}${parsed.pathname}`.slice(0, MAX_REFERRER_LENGTH);
+  return { referrer: normalized, source: knownSourceName(host) ?? host };
+}
+
+/** The host of an absolute page URL without `www.`; '' for a path (then self-referrals cannot be recognized). */
+function pageHost(url: string): string {
+  if (!HAS_SCHEME.test(url)) return '';
+  const parsed = parseUrl(url);
+  return parsed === undefined ? '' : stripWww(parsed.hostname);
+}
+
+/** The most specific table entry or pattern for `host` or one of its parent domains. */
+export function knownSourceName(host: string): string | undefined {
+  let candidate = host;
+  for (;;) {
+    const name = KNOWN_HOSTS.get(candidate);
+    if (name !== undefined) return name;
+    for (const [pattern, patternName] of KNOWN_SOURCE_PATTERNS) {
+      if (pattern.test(candidate)) return patternName;
+    }
+    const dot = candidate.indexOf('.');
+    // stop at the last label: a bare TLD ("com") is never a source
+    if (dot < 0 || candidate.indexOf('.', dot + 1) < 0) return undefined;
+    candidate = candidate.slice(dot + 1);
+  }
+}
+
+function parseUrl(value: string): URL | undefined {
+  // URL.canParse is cheaper than a thrown TypeError for the (rare) malformed referrer
+  return URL.canParse(value) ? new URL(value) : undefined;
+}
+
+function stripWww(host: string): string {
+  return host.startsWith('www.') ? host.slice(4) : host;
+}
+
+function cleanName(value: string): string {
+  let name = value.replace(CONTROL_CHARS, '').trim();
+  if (name.length > MAX_SOURCE_NAME_LENGTH) {
+    name = name.slice(0, MAX_SOURCE_NAME_LENGTH);
+    // do not leave half of a surrogate pair behind the cut
+    if (/[\ud800-\udbff]$/.test(name)) name = name.slice(0, -1);
+    name = name.trimEnd();
+  }
+  return name;
+}
