@@ -1,0 +1,33 @@
+import { toBinary } from '@bufbuild/protobuf';
+import type { DescFile } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import type { ReflectionService } from '@grpc/reflection';
+
+/**
+ * @grpc/reflection reads the `fileDescriptorProtos` of a proto-loader package definition. The generated code
+ * already embeds those descriptors, so we hand them over directly instead of parsing proto/ again at runtime
+ * (which would need the .proto files next to the running code and a second loader).
+ */
+type PackageDefinition = ConstructorParameters<typeof ReflectionService>[0];
+
+function withDependencies(file: DescFile, into: Map<string, DescFile>): Map<string, DescFile> {
+  if (!into.has(file.name)) {
+    into.set(file.name, file);
+    for (const dependency of file.dependencies) withDependencies(dependency, into);
+  }
+  return into;
+}
+
+export function reflectionPackage(file: DescFile): PackageDefinition {
+  const files = [...withDependencies(file, new Map()).values()];
+  const fileDescriptorProtos = files.map((f) => Buffer.from(toBinary(FileDescriptorProtoSchema, f.proto)));
+  const definition: PackageDefinition = {};
+  for (const message of file.messages) {
+    definition[message.typeName] = {
+      format: 'Protocol Buffer 3 DescriptorProto',
+      type: {},
+      fileDescriptorProtos,
+    };
+  }
+  return definition;
+}

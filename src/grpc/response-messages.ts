@@ -1,0 +1,89 @@
+import { create } from '@bufbuild/protobuf';
+import {
+  CreateProjectResponseSchema,
+  GetMetricsResponseSchema,
+  ListProjectsResponseSchema,
+} from '../gen/analytics/v1/analytics_pb.ts';
+import type {
+  BreakdownEntry,
+  CreateProjectResponse,
+  GetMetricsResponse,
+  ListProjectsResponse,
+  Project,
+} from '../gen/analytics/v1/analytics_pb.ts';
+import type { Breakdown, MetricsResponse } from '../core/types.ts';
+import type { CreatedProject, ProjectView } from '../engine/types.ts';
+
+/**
+ * Engine results → response messages, field for field with the HTTP JSON, so GetMetrics carries everything
+ * GET /metrics does (tested by converting back and comparing).
+ */
+
+/** Counts are integers; a range's distinct-user estimate is rounded by the engine, and rounding again is harmless. */
+function count(n: number): bigint {
+  return BigInt(Math.max(0, Math.round(n)));
+}
+
+/** A breakdown object keeps insertion order (highest count first); a list keeps it on the wire, a map would not. */
+function breakdown(b: Breakdown): Array<Omit<BreakdownEntry, '$typeName'>> {
+  return Object.entries(b).map(([key, n]) => ({ key, count: count(n) }));
+}
+
+export function metricsMessage(m: MetricsResponse): GetMetricsResponse {
+  return create(GetMetricsResponseSchema, {
+    projectId: m.projectId,
+    from: m.from,
+    to: m.to,
+    timezone: m.timezone,
+    users: count(m.users),
+    sessions: count(m.sessions),
+    pageviews: count(m.pageviews),
+    bounceRate: m.bounceRate,
+    trafficSources: breakdown(m.trafficSources),
+    countries: breakdown(m.countries),
+    devices: breakdown(m.devices),
+    pages: breakdown(m.pages),
+    events: breakdown(m.events),
+    bots: count(m.bots),
+    recentEvents: m.recentEvents.map((r) => ({
+      ts: BigInt(r.ts),
+      event: r.event,
+      url: r.url,
+      referrer: r.referrer,
+      source: r.source,
+      country: r.country,
+      device: r.device,
+      sessionId: r.sessionId,
+    })),
+    daily: m.daily.map((d) => ({
+      date: d.date,
+      users: count(d.users),
+      sessions: count(d.sessions),
+      pageviews: count(d.pageviews),
+      bounceRate: d.bounceRate,
+    })),
+  });
+}
+
+function project(p: ProjectView): Omit<Project, '$typeName'> {
+  return {
+    id: p.id,
+    name: p.name,
+    allowedOrigins: [...p.allowed_origins],
+    allowedReferrers: [...p.allowed_referrers],
+    timezone: p.timezone,
+    monthlyQuota: BigInt(p.monthly_quota),
+    createdAt: p.created_at,
+  };
+}
+
+export function projectsMessage(list: { projects: ProjectView[] }): ListProjectsResponse {
+  return create(ListProjectsResponseSchema, { projects: list.projects.map(project) });
+}
+
+export function createdProjectMessage(c: CreatedProject): CreateProjectResponse {
+  return create(CreateProjectResponseSchema, {
+    project: project(c.project),
+    keys: { secret: c.keys.secret, publishable: c.keys.publishable },
+  });
+}

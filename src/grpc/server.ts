@@ -1,0 +1,154 @@
+import { create } from '@bufbuild/protobuf';
+import type { DescMessage, Message, MessageShape } from '@bufbuild/protobuf';
+import { Server, ServerCredentials, status } from '@grpc/grpc-js';
+import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+import {
+  AnalyticsService,
+  CreateProjectRequestSchema,
+  GetMetricsRequestSchema,
+  IngestRequestSchema,
+  IngestResponseSchema,
+  ListProjectsRequestSchema,
+  file_analytics_v1_analytics,
+} from '../gen/analytics/v1/analytics_pb.ts';
+import { MAX_BODY_BYTES } from '../core/limits.ts';
+import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
+import { ingestStreamHandler } from './ingest-stream.ts';
+import type { StreamDrain } from './ingest-stream.ts';
+import { reflectionPackage } from './reflection.ts';
+import { requestMeta } from './request-meta.ts';
+import { createProjectBody, decode, eventsToPlain, metricsQuery } from './request-to-plain.ts';
+import { createdProjectMessage, metricsMessage, projectsMessage } from './response-messages.ts';
+import { serverDefinition } from './service-definition.ts';
+import { rateMetadata, toStatus } from './status.ts';
+
+/**
+ * The gRPC face: AnalyticsService over the same engine as HTTP, plus grpc.health.v1.Health and server reflection
+ * on the same port. Handlers decode, convert to the plain objects HTTP would send, call the engine, and map the
+ * Outcome with the one mapping in status.ts.
+ */
+
+/** CONTRACT: a request message is capped like an HTTP body (grpc-js answers RESOURCE_EXHAUSTED above it). */
+const MAX_RECEIVE_MESSAGE_BYTES = MAX_BODY_BYTES;
+/**
+ * Calls open at once per connection. Each paused stream may hold 16 read-ahead messages (≤ 16 MiB), so this bounds
+ * one connection's buffered input near 2 GiB in the very worst case while leaving far more concurrency than a
+ * backend's batch pipeline uses (grpc-js itself sets no limit).
+ */
+const MAX_CONCURRENT_STREAMS = 128;
+/** close() without a grace period: enough for in-flight batches to commit (one LMDB commit is milliseconds). */
+const DEFAULT_GRACE_MS = 5_000;
+
+export interface GrpcServerHandle {
+  port: number;
+  close(graceMs?: number): Promise<void>;
+}
+
+type UnaryHandler = (call: ServerUnaryCall<Buffer, Message>, callback: sendUnaryData<Message>) => void;
+
+function unary<I extends DescMessage, O extends Message>(
+  input: I,
+  run: (request: MessageShape<I>, meta: RequestMeta) => Outcome<O> | Promise<Outcome<O>>,
+  onFault: (err: unknown) => void,
+): UnaryHandler {
+  return (call, callback) => {
+    const request = decode(input, call.request);
+    if (!request.ok) {
+      callback(toStatus(request.error));
+      return;
+    }
+    Promise.resolve()
+      .then(() => run(request.value, requestMeta(call)))
+      .then(
+        (outcome) => {
+          if (outcome.ok) callback(null, outcome.value, rateMetadata(outcome.rate));
+          else callback(toStatus(outcome.error, outcome.rate));
+        },
+        (err: unknown) => {
+          onFault(err);
+          callback({ code: status.INTERNAL, details: 'internal error' });
+        },
+      );
+  };
+}
+
+function withValue<T, O>(outcome: Outcome<T>, toMessage: (value: T) => O): Outcome<O> {
+  return outcome.ok ? { ok: true, value: toMessage(outcome.value), ...(outcome.rate ? { rate: outcome.rate } : {}) } : outcome;
+}
+
+function listenAddress(host: string, port: number): string {
+  return `${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${port}`;
+}
+
+export async function startGrpcServer(
+  engine: AnalyticsEngine,
+  opts: { host: string; port: number; quiet?: boolean },
+): Promise<{ port: number; close(graceMs?: number): Promise<void> }> {
+  // Faults are logged even when quiet: they are bugs, and the caller only ever sees "internal error".
+  const onFault = (err: unknown): void => console.error('grpc handler fault:', err);
+  const streams = new Set<StreamDrain>();
+
+  const server = new Server({
+    'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
+    'grpc.max_concurrent_streams': MAX_CONCURRENT_STREAMS,
+  });
+  server.addService(serverDefinition(AnalyticsService), {
+    ingest: unary(
+      IngestRequestSchema,
+      async (req, meta) => {
+        const events = eventsToPlain(req.events);
+        if (!events.ok) return events;
+        const ack = await engine.ingest(meta, events.value);
+        return withValue(ack, (a) => create(IngestResponseSchema, { accepted: a.accepted, ts: BigInt(a.ts) }));
+      },
+      onFault,
+    ),
+    ingestStream: ingestStreamHandler(engine, streams, onFault),
+    getMetrics: unary(
+      GetMetricsRequestSchema,
+      (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
+      onFault,
+    ),
+    listProjects: unary(ListProjectsRequestSchema, (_req, meta) => withValue(engine.listProjects(meta), projectsMessage), onFault),
+    createProject: unary(
+      CreateProjectRequestSchema,
+      async (req, meta) => withValue(await engine.createProject(meta, createProjectBody(req)), createdProjectMessage),
+      onFault,
+    ),
+  });
+
+  const health = new HealthImplementation({ '': 'SERVING', [AnalyticsService.typeName]: 'SERVING' });
+  health.addToServer(server);
+  new ReflectionService(reflectionPackage(file_analytics_v1_analytics)).addToServer(server);
+
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(listenAddress(opts.host, opts.port), ServerCredentials.createInsecure(), (err, bound) =>
+      err ? reject(err) : resolve(bound),
+    );
+  });
+  if (opts.quiet !== true) console.log(`gRPC listening on ${listenAddress(opts.host, port)}`);
+
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    close(graceMs = DEFAULT_GRACE_MS) {
+      closing ??= new Promise<void>((resolve) => {
+        health.setStatus('', 'NOT_SERVING');
+        health.setStatus(AnalyticsService.typeName, 'NOT_SERVING');
+        // Streams stay open until their client ends them; ask each to stop after its current batch's ack.
+        for (const stream of [...streams]) stream.stop();
+        const force = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
+      });
+      return closing;
+    },
+  };
+}
