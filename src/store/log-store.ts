@@ -123,6 +123,15 @@ export class LogStore {
     await this.root.flushed;
   }
 
+  getMeta<T>(key: string): T | undefined {
+    return this.meta.get(key) as T | undefined;
+  }
+
+  async putMeta(key: string, value: unknown): Promise<void> {
+    await this.meta.put(key, value);
+    await this.root.flushed;
+  }
+
   loadSalts(): Salt[] {
     return (this.meta.get('salts') as Salt[] | undefined) ?? [];
   }

@@ -48,10 +48,17 @@ export class SnapshotFiles {
     return file;
   }
 
-  /** The newest snapshot that passes its checksum, or undefined; damaged ones are reported through `onSkip`. */
-  loadNewest(onSkip: (file: string, why: string) => void): SnapshotData | undefined {
+  /**
+   * The newest snapshot covering at most `maxSeq` (a snapshot ahead of the log cannot be trusted: the log is the
+   * truth) that passes its checksum, or undefined. Skipped files are reported through `onSkip`.
+   */
+  loadNewest(maxSeq: number, onSkip: (file: string, why: string) => void): SnapshotData | undefined {
     for (const file of this.files().reverse()) {
       const full = path.join(this.dir, file);
+      if (Number(NAME.exec(file)![1]) > maxSeq) {
+        onSkip(full, `covers records beyond the log's last sequence ${maxSeq}`);
+        continue;
+      }
       try {
         const buf = readFileSync(full);
         if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');

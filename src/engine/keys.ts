@@ -1,0 +1,35 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { KeyKind } from '../store/log-store.ts';
+
+/**
+ * API keys are a prefix plus 192 random bits in base64url. Only SHA-256 hashes are stored; a lookup by hash means
+ * no secret is ever compared byte by byte, so timing reveals nothing about stored keys.
+ */
+
+/** 24 bytes = 192 bits, above the contract's 128-bit floor. */
+const KEY_BYTES = 24;
+/** 12 bytes = 96 bits: ids are not secrets, only unique. */
+const ID_BYTES = 12;
+
+export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_' };
+const KEY_SHAPE = /^(ak|sk|pk)_[A-Za-z0-9_-]{22,128}$/;
+
+export function generateKey(kind: KeyKind): string {
+  return KEY_PREFIX[kind] + randomBytes(KEY_BYTES).toString('base64url');
+}
+
+export function generateId(prefix: string): string {
+  return prefix + randomBytes(ID_BYTES).toString('base64url');
+}
+
+export function hashKey(key: string): string {
+  return createHash('sha256').update(key).digest('hex');
+}
+
+/** The key of an `Authorization: Bearer <key>` value, or undefined when missing or malformed. */
+export function bearerKey(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!m || !KEY_SHAPE.test(m[1]!)) return undefined;
+  return m[1];
+}

@@ -1,0 +1,41 @@
+import { z } from 'zod';
+import { isValidTimeZone } from '../core/dates.ts';
+
+/** The body of POST /projects (and CreateProject over gRPC). */
+
+/** Names are labels for people; 100 characters is plenty. */
+const MAX_PROJECT_NAME = 100;
+/** Origins and referrers per project; more than this is a misconfiguration. */
+const MAX_ALLOWED_ENTRIES = 100;
+/** Above 1e9 events a month a quota is not a quota; 0 means unlimited. */
+const MAX_MONTHLY_QUOTA = 1_000_000_000;
+/** Per-project rate overrides cannot exceed what one process can take (~100k req/s). */
+const MAX_RATE = 100_000;
+
+const HOSTNAME = /^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$/i;
+
+const origin = z.string().refine((s) => {
+  if (!URL.canParse(s)) return false;
+  const u = new URL(s);
+  return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === s.replace(/\/$/, '');
+}, 'must be a URL origin like https://example.com (scheme, host, optional port; no path)');
+
+const rate = z.number().positive().max(MAX_RATE);
+
+export const CreateProjectSchema = z.strictObject({
+  name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
+  allowed_origins: z.array(origin).max(MAX_ALLOWED_ENTRIES),
+  allowed_referrers: z.array(z.string().regex(HOSTNAME, 'must be a host name like example.com')).max(MAX_ALLOWED_ENTRIES),
+  timezone: z.string().refine(isValidTimeZone, 'must be an IANA timezone like Europe/Berlin').optional(),
+  monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
+  rate_limit: z
+    .strictObject({ per_key: rate.optional(), burst_per_key: rate.optional(), per_ip: rate.optional(), burst_per_ip: rate.optional() })
+    .optional(),
+});
+
+export type CreateProjectInput = z.infer<typeof CreateProjectSchema>;
+
+/** Origins compare without a trailing slash; hosts compare lower case. */
+export function normalizeOrigin(s: string): string {
+  return new URL(s).origin;
+}

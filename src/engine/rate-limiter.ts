@@ -1,0 +1,72 @@
+import type { RateInfo } from './types.ts';
+
+/**
+ * Token buckets keyed by string (an API key hash, or project + client IP). A bucket that has refilled completely
+ * holds no information, so it is dropped; memory is bounded by the keys active within one refill period, and by
+ * MAX_BUCKETS as a hard stop.
+ */
+
+/** Hard cap on live buckets (~100 bytes each): 200k distinct callers in one refill period is an attack, not traffic. */
+const MAX_BUCKETS = 200_000;
+/** Sweep idle buckets at most this often. */
+const SWEEP_EVERY_MS = 10_000;
+
+interface Bucket {
+  tokens: number;
+  updated: number;
+  rate: number;
+  burst: number;
+}
+
+export interface TakeResult {
+  allowed: boolean;
+  info: RateInfo;
+  retryAfterSeconds: number;
+}
+
+export class RateLimiter {
+  private readonly buckets = new Map<string, Bucket>();
+  private lastSweep = 0;
+
+  /** Takes one token from `key`'s bucket of `rate` tokens/s and capacity `burst`. */
+  take(key: string, rate: number, burst: number, now: number): TakeResult {
+    this.sweep(now);
+    let b = this.buckets.get(key);
+    if (!b) {
+      if (this.buckets.size >= MAX_BUCKETS) this.evictOldest();
+      b = { tokens: burst, updated: now, rate, burst };
+      this.buckets.set(key, b);
+    } else {
+      b.rate = rate;
+      b.burst = burst;
+      b.tokens = Math.min(burst, b.tokens + ((now - b.updated) / 1000) * rate);
+      b.updated = now;
+    }
+    const allowed = b.tokens >= 1;
+    if (allowed) b.tokens -= 1;
+    const info: RateInfo = {
+      limit: burst,
+      remaining: Math.max(0, Math.floor(b.tokens)),
+      resetSeconds: Math.max(0, Math.ceil((burst - b.tokens) / rate)),
+    };
+    return { allowed, info, retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil((1 - b.tokens) / rate)) };
+  }
+
+  size(): number {
+    return this.buckets.size;
+  }
+
+  private sweep(now: number): void {
+    if (now - this.lastSweep < SWEEP_EVERY_MS) return;
+    this.lastSweep = now;
+    for (const [k, b] of this.buckets) {
+      if (b.tokens + ((now - b.updated) / 1000) * b.rate >= b.burst) this.buckets.delete(k);
+    }
+  }
+
+  private evictOldest(): void {
+    // Map iteration is insertion order: the first bucket is the least recently created.
+    const first = this.buckets.keys().next();
+    if (!first.done) this.buckets.delete(first.value);
+  }
+}

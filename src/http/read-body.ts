@@ -1,0 +1,31 @@
+import type { IncomingMessage } from 'node:http';
+import { MAX_BODY_BYTES } from '../core/limits.ts';
+
+export type BodyResult = { ok: true; text: string } | { ok: false; message: string };
+
+/**
+ * Reads a request body up to MAX_BODY_BYTES. A declared Content-Length over the cap is refused before reading a
+ * byte; a chunked body is counted while it streams and refused the moment it passes the cap.
+ */
+export function readBody(req: IncomingMessage): Promise<BodyResult> {
+  const tooLarge: BodyResult = { ok: false, message: `the body is larger than ${MAX_BODY_BYTES} bytes` };
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) return Promise.resolve(tooLarge);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        req.off('data', onData);
+        req.pause();
+        resolve(tooLarge);
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('end', () => resolve({ ok: true, text: Buffer.concat(chunks, size).toString('utf8') }));
+    req.once('error', reject);
+  });
+}

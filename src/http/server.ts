@@ -1,0 +1,296 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { guardJson } from '../core/json-guard.ts';
+import { clientIp } from '../enrich/index.ts';
+import type { AnalyticsEngine, EngineError, ErrorCode, Outcome, RateInfo, RequestMeta } from '../engine/types.ts';
+import { buildTracker } from '../tracker/build.ts';
+import { readBody } from './read-body.ts';
+
+/**
+ * The HTTP face: parses the wire, calls the engine, maps outcomes to status codes and headers. It holds no rules
+ * of its own beyond the wire: body size, content type, JSON syntax.
+ */
+
+/** Node's default (16 KiB) made explicit: a bearer key and a long Referer fit many times over. */
+const MAX_HEADER_BYTES = 16 * 1024;
+/** A client has this long to send its headers (slowloris). */
+const HEADERS_TIMEOUT_MS = 10_000;
+/** And this long for the whole request: 1 MiB at 35 KB/s; slower clients are cut off. */
+const REQUEST_TIMEOUT_MS = 30_000;
+/** Idle keep-alive connections close after this; beacons rarely reuse connections longer. */
+const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/** Browsers cap preflight caching (Chromium at 2 h); asking for more changes nothing. */
+const PREFLIGHT_MAX_AGE_S = 7200;
+/** /script.js is re-validated daily; /script.<hash>.js never changes, so it is cached for a year. */
+const SCRIPT_MAX_AGE_S = 86_400;
+const IMMUTABLE_MAX_AGE_S = 31_536_000;
+
+const EXPOSED = 'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
+
+export interface HttpOptions {
+  host: string;
+  port: number;
+  trustProxy: boolean;
+}
+
+type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> | void;
+
+export function statusOf(code: ErrorCode): number {
+  switch (code) {
+    case 'invalid_json':
+    case 'invalid_event':
+    case 'invalid_request':
+      return 400;
+    case 'unauthorized':
+      return 401;
+    case 'forbidden':
+      return 403;
+    case 'not_found':
+      return 404;
+    case 'method_not_allowed':
+      return 405;
+    case 'payload_too_large':
+      return 413;
+    case 'unsupported_media_type':
+      return 415;
+    case 'rate_limited':
+    case 'quota_exceeded':
+      return 429;
+    case 'internal':
+      return 500;
+    case 'unavailable':
+      return 503;
+    default: {
+      const never: never = code;
+      return never;
+    }
+  }
+}
+
+export class HttpFace {
+  readonly server: Server;
+  private readonly routes: Record<string, Record<string, Handler>>;
+
+  constructor(
+    private readonly engine: AnalyticsEngine,
+    private readonly options: HttpOptions,
+  ) {
+    this.routes = {
+      '/analytics': { POST: (req, res) => this.ingest(req, res) },
+      '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
+      '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
+      '/health': { GET: (_req, res) => this.health(res) },
+      '/script.js': { GET: (req, res) => this.script(req, res, false) },
+    };
+    this.server = createServer(
+      {
+        maxHeaderSize: MAX_HEADER_BYTES,
+        headersTimeout: HEADERS_TIMEOUT_MS,
+        requestTimeout: REQUEST_TIMEOUT_MS,
+        keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      },
+      (req, res) => void this.handle(req, res),
+    );
+  }
+
+  listen(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.options.port, this.options.host, () => {
+        this.server.off('error', reject);
+        resolve((this.server.address() as AddressInfo).port);
+      });
+    });
+  }
+
+  /** Stops accepting connections and waits for in-flight requests to finish. */
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeIdleConnections();
+    });
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      const url = new URL(req.url ?? '/', 'http://localhost');
+      this.cors(req, res);
+      if (req.method === 'OPTIONS') return this.preflight(req, res);
+      const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
+      if (scriptMatch && req.method === 'GET') return await this.script(req, res, true);
+      const route = this.routes[url.pathname];
+      if (!route) return this.send(res, fail('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
+      const handler = route[req.method ?? ''];
+      if (!handler) {
+        res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
+        return this.send(res, fail('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
+      }
+      await handler(req, res, url);
+    } catch (err) {
+      // Faults never leak internals; the message is for operators, in the log.
+      console.error('internal error:', err);
+      if (!res.headersSent) this.send(res, fail('internal', 'internal error'));
+      else res.destroy();
+    }
+  }
+
+  private meta(req: IncomingMessage): RequestMeta {
+    const h = req.headers;
+    const forwarded = Array.isArray(h['x-forwarded-for']) ? h['x-forwarded-for'].join(',') : h['x-forwarded-for'];
+    return {
+      authorization: h.authorization,
+      origin: h.origin,
+      referer: h.referer,
+      ip: clientIp(req.socket.remoteAddress, forwarded, this.options.trustProxy),
+      userAgent: h['user-agent'] ?? '',
+    };
+  }
+
+  private async ingest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req, res);
+    if (body === undefined) return;
+    let events: unknown[];
+    if (Array.isArray(body)) events = body;
+    else if (isObject(body) && 'events' in body && !('event' in body)) {
+      if (!Array.isArray(body.events)) return this.send(res, fail('invalid_request', '`events` must be an array of events'));
+      events = body.events;
+    } else events = [body];
+    const out = await this.engine.ingest(meta, events);
+    if (out.ok) return this.sendJson(res, 200, { ok: true, ts: out.value.ts, accepted: out.value.accepted }, out.rate);
+    return this.send(res, out);
+  }
+
+  private metrics(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    const q = url.searchParams;
+    const pick = (name: string) => q.get(name) ?? undefined;
+    const out = this.engine.metrics(this.meta(req), {
+      date: pick('date'),
+      from: pick('from'),
+      to: pick('to'),
+      projectId: pick('projectId'),
+    });
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  private listProjects(req: IncomingMessage, res: ServerResponse): void {
+    const out = this.engine.listProjects(this.meta(req));
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  private async createProject(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req, res);
+    if (body === undefined) return;
+    const out = await this.engine.createProject(meta, body);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  private health(res: ServerResponse): void {
+    const h = this.engine.health();
+    this.sendJson(res, h.status === 'ok' ? 200 : 503, h);
+  }
+
+  private async script(req: IncomingMessage, res: ServerResponse, pinned: boolean): Promise<void> {
+    const build = await buildTracker();
+    res.setHeader('ETag', `"${build.hash}"`);
+    res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
+    res.setHeader(
+      'Cache-Control',
+      pinned ? `public, max-age=${IMMUTABLE_MAX_AGE_S}, immutable` : `public, max-age=${SCRIPT_MAX_AGE_S}, stale-while-revalidate=${SCRIPT_MAX_AGE_S}`,
+    );
+    if (req.headers['if-none-match'] === `"${build.hash}"`) {
+      res.writeHead(304).end();
+      return;
+    }
+    res.writeHead(200, { 'Content-Type': 'application/javascript; charset=utf-8' }).end(build.code);
+  }
+
+  /** Reads and parses a JSON body, answering 413/415/400 itself; undefined means it already answered. */
+  private async readJson(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/json' && type !== 'text/plain') {
+      req.resume();
+      this.send(res, fail('unsupported_media_type', 'send Content-Type: application/json (or text/plain for beacons)'));
+      return undefined;
+    }
+    const body = await readBody(req);
+    if (!body.ok) {
+      // Stop reading: tell the client, then close the connection so it cannot keep streaming at us.
+      res.setHeader('Connection', 'close');
+      this.send(res, fail('payload_too_large', body.message));
+      req.socket.end();
+      return undefined;
+    }
+    let text = body.text;
+    if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+    if (text.trim() === '') {
+      this.send(res, fail('invalid_json', 'the body is empty; send a JSON event, array of events or {"events": [...]}'));
+      return undefined;
+    }
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (err) {
+      this.send(res, fail('invalid_json', `the body is not valid JSON: ${err instanceof Error ? err.message : 'parse error'}`));
+      return undefined;
+    }
+    const guard = guardJson(value);
+    if (!guard.ok) {
+      this.send(res, fail('invalid_request', guard.message, { details: [{ path: guard.path, message: guard.message }] }));
+      return undefined;
+    }
+    return value;
+  }
+
+  private cors(req: IncomingMessage, res: ServerResponse): void {
+    const origin = req.headers.origin;
+    res.setHeader('Vary', 'Origin');
+    if (!origin) return;
+    res.setHeader('Access-Control-Allow-Origin', origin);
+    res.setHeader('Access-Control-Expose-Headers', EXPOSED);
+  }
+
+  private preflight(req: IncomingMessage, res: ServerResponse): void {
+    res.setHeader('Access-Control-Allow-Methods', 'GET, POST, OPTIONS');
+    res.setHeader('Access-Control-Allow-Headers', 'Authorization, Content-Type');
+    res.setHeader('Access-Control-Max-Age', String(PREFLIGHT_MAX_AGE_S));
+    res.setHeader('Allow', 'GET, POST, OPTIONS');
+    req.resume();
+    res.writeHead(204).end();
+  }
+
+  private send(res: ServerResponse, out: { ok: false; error: EngineError; rate?: RateInfo }): void {
+    const { code, message, details, retryAfterSeconds } = out.error;
+    if (retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(retryAfterSeconds));
+    const error: Record<string, unknown> = { code, message };
+    if (details && details.length > 0) error.details = details;
+    this.sendJson(res, statusOf(code), { ok: false, error }, out.rate);
+  }
+
+  private sendJson(res: ServerResponse, status: number, body: unknown, rate?: RateInfo): void {
+    if (rate) {
+      res.setHeader('RateLimit-Limit', String(rate.limit));
+      res.setHeader('RateLimit-Remaining', String(rate.remaining));
+      res.setHeader('RateLimit-Reset', String(rate.resetSeconds));
+    }
+    const json = JSON.stringify(body);
+    res.writeHead(status, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': Buffer.byteLength(json),
+      'Cache-Control': 'no-store',
+    });
+    res.end(json);
+  }
+}
+
+function fail(code: ErrorCode, message: string, extra: Partial<EngineError> = {}): Extract<Outcome<never>, { ok: false }> {
+  return { ok: false, error: { code, message, ...extra } };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { api, createProject } from './helpers.ts';
+
+/** ≥ 20 kills in `npm test`; bench/soak runs more. */
+const RUNS = Number(process.env.CRASH_RUNS ?? 20);
+/** Concurrent ingest loops while the kill lands. */
+const WRITERS = 8;
+
+interface Child {
+  proc: ChildProcess;
+  url: string;
+}
+
+function startChild(dataDir: string, adminKey: string): Promise<Child> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const m = /HTTP (http:\/\/\S+)/.exec(out);
+      if (m) resolve({ proc, url: m[1]! });
+    });
+    proc.once('exit', (code) => reject(new Error(`child exited early (${code}): ${out}`)));
+  });
+}
+
+function kill(child: Child): Promise<void> {
+  return new Promise((resolve) => {
+    child.proc.once('exit', () => resolve());
+    child.proc.kill('SIGKILL');
+  });
+}
+
+interface Sent {
+  eventId: string;
+  acked: boolean;
+}
+
+async function crashCount(url: string, key: string): Promise<number> {
+  const m = await api(url, '/metrics', { key });
+  assert.equal(m.status, 200);
+  return (m.body.events.crash as number | undefined) ?? 0;
+}
+
+test(`every acknowledged event is counted exactly once across ${RUNS} SIGKILLs under concurrent ingest`, { timeout: 600_000 }, async () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-crash-'));
+  const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
+  const sent: Sent[] = [];
+  try {
+    let child = await startChild(dataDir, adminKey);
+    const { keys } = await createProject(child.url, adminKey, { monthly_quota: 0 });
+    for (let run = 0; run < RUNS; run++) {
+      const counted = await crashCount(child.url, keys.secret);
+      const acked = sent.filter((s) => s.acked).length;
+      assert.ok(counted >= acked, `run ${run}: ${counted} counted < ${acked} acknowledged`);
+      assert.ok(counted <= sent.length, `run ${run}: ${counted} counted > ${sent.length} sent`);
+
+      let stop = false;
+      const writer = async () => {
+        while (!stop) {
+          const batch: Sent[] = Array.from({ length: 1 + Math.floor(Math.random() * 5) }, () => ({ eventId: randomBytes(12).toString('hex'), acked: false }));
+          sent.push(...batch);
+          try {
+            const r = await api(child.url, '/analytics', {
+              key: keys.secret,
+              body: batch.map((s) => ({ event: 'crash', eventId: s.eventId, sessionId: s.eventId })),
+            });
+            if (r.status === 200) for (const s of batch) s.acked = true;
+          } catch {
+            return; // the server died mid-request: these stay unacknowledged
+          }
+        }
+      };
+      const writers = Array.from({ length: WRITERS }, writer);
+      await new Promise((r) => setTimeout(r, 50 + Math.random() * 400));
+      await kill(child);
+      stop = true;
+      await Promise.all(writers);
+      child = await startChild(dataDir, adminKey);
+    }
+
+    // Resend everything not acknowledged with the same eventIds, as a client would: each event is then stored once.
+    const unacked = sent.filter((s) => !s.acked);
+    for (let i = 0; i < unacked.length; i += 500) {
+      const r = await api(child.url, '/analytics', {
+        key: keys.secret,
+        body: unacked.slice(i, i + 500).map((s) => ({ event: 'crash', eventId: s.eventId, sessionId: s.eventId })),
+      });
+      assert.equal(r.status, 200);
+    }
+    assert.equal(await crashCount(child.url, keys.secret), sent.length);
+    assert.ok(sent.filter((s) => s.acked).length > RUNS, 'ingest made progress between kills');
+    await kill(child);
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,43 @@
+import type { StoredEvent } from '../src/core/types.ts';
+import { RECENT_RETURNED, RECENT_RING_SIZE } from '../src/core/limits.ts';
+
+/**
+ * A deliberately naive recomputation of the metrics contract straight from the list of events, written without
+ * the core's data structures, so the two can be compared.
+ */
+export function referenceMetrics(all: StoredEvent[], projectId: string, from: string, to: string) {
+  const mine = all.filter((e) => e.p === projectId);
+  const inRange = mine.filter((e) => e.day >= from && e.day <= to);
+  const count = (keys: string[]) => {
+    const m: Record<string, number> = {};
+    for (const k of keys) m[k] = (m[k] ?? 0) + 1;
+    return m;
+  };
+  const sessions = new Map<string, { first: StoredEvent; pv: number }>();
+  for (const e of inRange) {
+    const k = `${e.sessionId}\u0000${e.day}`;
+    const s = sessions.get(k) ?? { first: e, pv: 0 };
+    if (e.event === 'page_view') s.pv++;
+    sessions.set(k, s);
+  }
+  const list = [...sessions.values()];
+  const withPv = list.filter((s) => s.pv >= 1).length;
+  const bounces = list.filter((s) => s.pv === 1).length;
+  const rate = (n: number, d: number) => (d === 0 ? '0.0%' : `${((n / d) * 100).toFixed(1)}%`);
+  const ring = mine.slice(-RECENT_RING_SIZE).reverse();
+  return {
+    users: new Set(inRange.map((e) => e.user)).size,
+    sessions: list.length,
+    pageviews: inRange.filter((e) => e.event === 'page_view').length,
+    bounceRate: rate(bounces, withPv),
+    trafficSources: count(list.map((s) => s.first.source)),
+    countries: count(list.map((s) => s.first.country)),
+    devices: count(list.map((s) => s.first.device)),
+    pages: count(inRange.filter((e) => e.event === 'page_view').map((e) => e.path || '/')),
+    events: count(inRange.map((e) => e.event)),
+    recentEvents: ring
+      .filter((e) => e.day >= from && e.day <= to)
+      .slice(0, RECENT_RETURNED)
+      .map((e) => ({ ts: e.ts, event: e.event, url: e.url, referrer: e.referrer, source: e.source, country: e.country, device: e.device, sessionId: e.sessionId })),
+  };
+}
