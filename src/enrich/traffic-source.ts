@@ -51,10 +51,12 @@ export function classifySource(referrer: string, url: string): TrafficSource {
 }
 
 function campaignSource(url: string): string | undefined {
+  // the query ends at the fragment, and a '?' inside the fragment is not a query
+  const hash = url.indexOf('#');
+  const end = hash < 0 ? url.length : hash;
   const q = url.indexOf('?');
-  if (q < 0) return undefined;
-  const hash = url.indexOf('#', q);
-  const params = new URLSearchParams(hash < 0 ? url.slice(q + 1) : url.slice(q + 1, hash));
+  if (q < 0 || q > end) return undefined;
+  const params = new URLSearchParams(url.slice(q + 1, end));
   for (const name of SOURCE_PARAMS) {
     const value = params.get(name);
     if (value === null) continue;
