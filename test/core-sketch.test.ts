@@ -1,0 +1,51 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { hash53 } from '../src/core/hash.ts';
+import { HyperLogLog } from '../src/core/hyperloglog.ts';
+import { metrics } from '../src/core/metrics.ts';
+import { AnalyticsState, apply } from '../src/core/state.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+
+function visit(day: string, user: string): StoredEvent {
+  return {
+    t: 'e', p: 'p', ts: Date.parse(`${day}T12:00:00Z`), rt: 0, day, event: 'page_view', url: '/', path: '/',
+    referrer: '', source: 'Direct', sessionId: user, user: `u:${user}`, country: 'DE', device: 'desktop', params: {},
+  };
+}
+
+test('a HyperLogLog estimates distinct counts within 1 % from a thousand to a million', () => {
+  for (const n of [1_000, 10_000, 100_000, 1_000_000]) {
+    const h = new HyperLogLog();
+    for (let i = 0; i < n; i++) h.add(hash53(`user-${i}`));
+    const err = Math.abs(h.estimate() - n) / n;
+    assert.ok(err < 0.01, `n=${n}: estimate ${h.estimate()} is ${(err * 100).toFixed(2)} % off`);
+  }
+});
+
+test('merged sketches count the union, not the sum', () => {
+  const a = new HyperLogLog();
+  const b = new HyperLogLog();
+  for (let i = 0; i < 60_000; i++) a.add(hash53(`u${i}`));
+  for (let i = 30_000; i < 90_000; i++) b.add(hash53(`u${i}`));
+  a.merge(b);
+  assert.ok(Math.abs(a.estimate() - 90_000) / 90_000 < 0.01);
+});
+
+test('range users are exact for small days and within 1 % once days are sketched, while each day stays exact', () => {
+  const state = new AnalyticsState();
+  let seq = 0;
+  // Three days of 20,000 users each, overlapping by half with the previous day: 40,000 distinct in all.
+  const days = ['2026-11-01', '2026-11-02', '2026-11-03'];
+  days.forEach((day, d) => {
+    for (let i = d * 10_000; i < d * 10_000 + 20_000; i++) apply(state, ++seq, visit(day, `u${i}`));
+  });
+  const range = metrics(state, 'p', 'UTC', days[0]!, days[2]!);
+  assert.ok(Math.abs(range.users - 40_000) / 40_000 < 0.01, `range users ${range.users}`);
+  for (const d of range.daily) assert.equal(d.users, 20_000);
+
+  const small = new AnalyticsState();
+  days.forEach((day, d) => {
+    for (let i = d * 100; i < d * 100 + 200; i++) apply(small, ++seq, visit(day, `u${i}`));
+  });
+  assert.equal(metrics(small, 'p', 'UTC', days[0]!, days[2]!).users, 400);
+});
