@@ -169,7 +169,6 @@ export class Engine implements AnalyticsEngine {
       if (input.projectId !== undefined && input.projectId !== project.id) {
         return fail('forbidden', `event ${index} names project "${input.projectId}", but the key belongs to another project`, {}, rate);
       }
-      if (details.length > 0) continue; // the batch is refused anyway; keep validating, skip the work
       if (facts.bot) {
         records.push({ t: 'b', p: project.id, day: dayOf(now, project.timezone), rt: now });
         continue;
@@ -194,6 +193,7 @@ export class Engine implements AnalyticsEngine {
         details.push({ index, path: normalized.path, message: normalized.message });
         continue;
       }
+      if (details.length > 0) continue; // the batch is refused anyway: keep listing problems, store nothing
       const id = normalized.event.eventId;
       if (id !== undefined) {
         // A repeat is acknowledged again but stored once: already folded, in flight, or earlier in this batch.
