@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -100,6 +100,28 @@ test(`every acknowledged event is counted exactly once across ${RUNS} SIGKILLs u
     assert.equal(await crashCount(child.url, keys.secret), sent.length);
     assert.ok(sent.filter((s) => s.acked).length > RUNS, 'ingest made progress between kills');
     await kill(child);
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('SIGTERM drains, writes a snapshot, exits 0, and the next start serves the same figures', { timeout: 60_000 }, async () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-term-'));
+  const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
+  try {
+    const child = await startChild(dataDir, adminKey);
+    const { keys } = await createProject(child.url, adminKey, { monthly_quota: 0 });
+    const body = Array.from({ length: 50 }, (_, i) => ({ event: 'crash', sessionId: `s${i}` }));
+    const inflight = Array.from({ length: 10 }, () => api(child.url, '/analytics', { key: keys.secret, body }));
+    const exited = new Promise<number | null>((resolve) => child.proc.once('exit', (code) => resolve(code)));
+    await Promise.all(inflight.map((p) => p.then((r) => assert.equal(r.status, 200))));
+    child.proc.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    assert.ok(readdirSync(path.join(dataDir, 'snapshots')).some((f) => f.endsWith('.bin')), 'a snapshot was written');
+
+    const again = await startChild(dataDir, adminKey);
+    assert.equal(await crashCount(again.url, keys.secret), 500);
+    await kill(again);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
