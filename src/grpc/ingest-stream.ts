@@ -42,6 +42,7 @@ export function ingestStreamHandler(
     let busy = false;
     let stopping = false;
     let done = false;
+    let inputEnded = false;
     let lastRate: RateInfo | undefined;
 
     const finish = (failure?: StatusObject): void => {
@@ -65,6 +66,7 @@ export function ingestStreamHandler(
       busy = false;
       if (done) return;
       if (stopping) finish(SHUTTING_DOWN);
+      else if (inputEnded) finish();
       else call.resume();
     };
 
@@ -98,8 +100,12 @@ export function ingestStreamHandler(
         finish({ code: status.INTERNAL, details: 'internal error', metadata: rateMetadata(undefined) });
       });
     });
-    // 'end' can only come after the last batch's next(): the call stays paused until then.
-    call.on('end', () => finish());
+    // A paused Readable still emits 'end' right after handing out its last message, so the last batch may be in
+    // the engine now; its next() finishes the call after writing the ack.
+    call.on('end', () => {
+      inputEnded = true;
+      if (!busy) finish();
+    });
     call.on('cancelled', () => {
       done = true;
       open.delete(drain);

@@ -2,6 +2,7 @@ import { toBinary } from '@bufbuild/protobuf';
 import type { DescFile } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import type { ReflectionService } from '@grpc/reflection';
+import { service as healthService } from 'grpc-health-check';
 
 /**
  * @grpc/reflection reads the `fileDescriptorProtos` of a proto-loader package definition. The generated code
@@ -18,6 +19,10 @@ function withDependencies(file: DescFile, into: Map<string, DescFile>): Map<stri
   return into;
 }
 
+/**
+ * Everything reflection describes: our file and its imports, plus grpc.health.v1 (grpc-health-check builds its
+ * definition with proto-loader, whose message definitions carry the descriptors), so `grpcurl list` shows both.
+ */
 export function reflectionPackage(file: DescFile): PackageDefinition {
   const files = [...withDependencies(file, new Map()).values()];
   const fileDescriptorProtos = files.map((f) => Buffer.from(toBinary(FileDescriptorProtoSchema, f.proto)));
@@ -29,5 +34,7 @@ export function reflectionPackage(file: DescFile): PackageDefinition {
       fileDescriptorProtos,
     };
   }
+  const healthRequest = healthService.Check?.requestType;
+  if (healthRequest !== undefined) definition['grpc.health.v1.HealthCheckRequest'] = healthRequest;
   return definition;
 }
