@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { classifySource, clientIp, createEnricher, type DailySalt, type SaltStore } from '../src/enrich/index.ts';
 import { SALT_RETENTION_MS } from '../src/enrich/daily-salts.ts';
 import { isNonPublicAddress, normalizeIp } from '../src/enrich/ip-address.ts';
@@ -111,6 +112,25 @@ describe('traffic source', () => {
 
   test('the referrer is still normalized when utm_source decides the source', () => {
     assert.deepEqual(classifySource('https://t.co/x', '/?utm_source=launch'), { referrer: 'https://t.co/x', source: 'launch' });
+  });
+
+  test('any referrer and URL give a non-empty source within bounds, without throwing', () => {
+    const urlish = fc.oneof(
+      fc.string(),
+      fc.webUrl({ withQueryParameters: true, withFragments: true }),
+      fc.webPath().map((p) => `/${p}`),
+      fc.domain(),
+    );
+    fc.assert(
+      fc.property(urlish, urlish, (referrer, url) => {
+        const got = classifySource(referrer, url);
+        assert.ok(got.source.length > 0 && got.source.length <= 2048);
+        assert.ok(got.referrer.length <= 2048);
+        // no referrer left means Direct, unless a campaign parameter named the source
+        if (got.referrer === '') assert.ok(got.source === 'Direct' || /[?&](utm_source|ref|source)=/.test(url));
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   test('the known-source table holds at least 60 hosts, all lower case without www', () => {
@@ -315,6 +335,17 @@ describe('client ip', () => {
   test('a forwarded header padded with thousands of hops costs a bounded walk', () => {
     const padded = `${Array.from({ length: 5000 }, () => '10.0.0.1').join(', ')}`;
     assert.equal(clientIp('10.0.0.5', `8.8.8.8, ${padded}`, true), '10.0.0.5');
+  });
+
+  test('any socket address and forwarded header give an address or nothing, without throwing', () => {
+    const hop = fc.oneof(fc.ipV4(), fc.ipV6(), fc.string());
+    fc.assert(
+      fc.property(fc.option(hop, { nil: undefined }), fc.array(hop, { maxLength: 20 }), fc.boolean(), (socket, hops, trust) => {
+        const ip = clientIp(socket, hops.join(', '), trust);
+        assert.ok(ip === '' || normalizeIp(ip) === ip);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   test('normalizeIp rejects what is not an address', () => {

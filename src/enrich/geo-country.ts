@@ -5,7 +5,8 @@ import { isNonPublicAddress } from './ip-address.ts';
 
 /**
  * IP → country from an .mmdb file, read into memory once (one synchronous read at startup, no network, no file
- * watching). Lookups are ~1 µs, so they are not cached.
+ * watching). Addresses are not cached (that would keep visitors' IPs in memory, and the tree walk is cheap); the
+ * decoded records at the tree's leaves are.
  */
 
 export const UNKNOWN_COUNTRY = 'Unknown';
@@ -14,6 +15,27 @@ export const UNKNOWN_COUNTRY = 'Unknown';
 export const DEFAULT_GEO_DB_MODULE = '@ip-location-db/geo-whois-asn-country-mmdb/geo-whois-asn-country.mmdb';
 
 const ISO_ALPHA2 = /^[A-Z]{2}$/;
+
+/**
+ * Decoded mmdb records kept by data-section offset: a country database has ~250 distinct records, so this holds all
+ * of them (it halves a lookup, ~1.2 → ~0.5 µs), and bounds memory for a city database.
+ */
+export const GEO_RECORD_CACHE_SIZE = 1000;
+
+/**
+ * The decoder's cache: a Map emptied when full. Not an LRU: with a country database it never fills, and a hit must
+ * cost less than the decoding it saves (an LRU's delete-and-reinsert per hit ate the gain).
+ */
+class RecordCache {
+  readonly #records = new Map<string | number, unknown>();
+  get(offset: string | number): unknown {
+    return this.#records.get(offset);
+  }
+  set(offset: string | number, record: unknown): void {
+    if (this.#records.size >= GEO_RECORD_CACHE_SIZE) this.#records.clear();
+    this.#records.set(offset, record);
+  }
+}
 
 export type CountryLookup = (ip: string) => string;
 
@@ -37,7 +59,7 @@ export function openCountryLookup(path: string | undefined): CountryLookup {
   // CountryResponse is only the nominal type; records are read defensively in countryOf
   let reader: Reader<CountryResponse>;
   try {
-    reader = new Reader(readFileSync(file));
+    reader = new Reader(readFileSync(file), { cache: new RecordCache() });
   } catch (cause) {
     throw new Error(`cannot open the IP-to-country database ${file}: ${cause instanceof Error ? cause.message : String(cause)}`, {
       cause,
