@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { encodeEvent } from '../src/client/encode-event.ts';
 import { createClient, InvalidEventError } from '../src/client/index.ts';
-import { parseRetryAfter, retryDelayMs } from '../src/client/retry-policy.ts';
+import { isRetryableStatus, parseRetryAfter, retryDelayMs } from '../src/client/retry-policy.ts';
 import { parseEvent } from '../src/core/event-schema.ts';
 import { guardJson } from '../src/core/json-guard.ts';
 import { MAX_EVENT_BYTES } from '../src/core/limits.ts';
@@ -83,6 +83,11 @@ test('a full queue drops the oldest events and counts them', async () => {
   client.track('late');
   assert.equal(client.stats().dropped, 3, 'events after shutdown are dropped and counted');
   assert.equal(errors.at(-1), 'closed');
+});
+
+test('network trouble, 408, 429 and 5xx are retried; 400, 401, 403, 413 and 415 never are', () => {
+  for (const status of [408, 429, 500, 502, 503, 504]) assert.equal(isRetryableStatus(status), true, String(status));
+  for (const status of [400, 401, 403, 404, 413, 415]) assert.equal(isRetryableStatus(status), false, String(status));
 });
 
 test('Retry-After is read as seconds or as an HTTP date, and backoff grows with jitter inside its step', () => {
