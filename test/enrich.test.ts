@@ -149,8 +149,8 @@ describe('user agent', () => {
     { name: 'Chrome on Windows', device: 'desktop', browser: 'Chrome', os: 'Windows', ua: 'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36' },
     { name: 'Firefox on Windows', device: 'desktop', browser: 'Firefox', os: 'Windows', ua: 'Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:125.0) Gecko/20100101 Firefox/125.0' },
     { name: 'Edge on Windows', device: 'desktop', browser: 'Edge', os: 'Windows', ua: 'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36 Edg/124.0.2478.80' },
-    { name: 'Safari on macOS', device: 'desktop', browser: 'Safari', os: 'macOS', ua: 'Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15' },
-    { name: 'Chrome on macOS', device: 'desktop', browser: 'Chrome', os: 'macOS', ua: 'Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36' },
+    { name: 'Safari on macOS', device: 'desktop', browser: 'Safari', os: 'Mac OS', ua: 'Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15' },
+    { name: 'Chrome on macOS', device: 'desktop', browser: 'Chrome', os: 'Mac OS', ua: 'Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36' },
     { name: 'Firefox on Linux', device: 'desktop', browser: 'Firefox', os: 'Linux', ua: 'Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0' },
     { name: 'Firefox on Ubuntu', device: 'desktop', browser: 'Firefox', os: 'Ubuntu', ua: 'Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0' },
     { name: 'Chrome on ChromeOS', device: 'desktop', browser: 'Chrome', ua: 'Mozilla/5.0 (X11; CrOS x86_64 14541.0.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36' },
@@ -166,7 +166,7 @@ describe('user agent', () => {
     { name: 'a PlayStation 5', device: 'console', ua: 'Mozilla/5.0 (PlayStation; PlayStation 5/2.26) AppleWebKit/605.1.15 (KHTML, like Gecko)' },
     { name: 'an Xbox', device: 'console', ua: 'Mozilla/5.0 (Windows NT 10.0; Win64; x64; Xbox; Xbox One) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/70.0.3538.102 Safari/537.36 Edge/18.19041' },
     { name: 'a Nintendo Switch', device: 'console', ua: 'Mozilla/5.0 (Nintendo Switch; WifiWebAuthApplet) AppleWebKit/606.4 (KHTML, like Gecko) NF/6.0.1.15.4 NintendoBrowser/5.1.0.20393' },
-    { name: 'a Meta Quest headset', device: 'xr', ua: 'Mozilla/5.0 (X11; Linux x86_64; Quest 3) AppleWebKit/537.36 (KHTML, like Gecko) OculusBrowser/31.0.0.7.76 SamsungBrowser/4.0 Chrome/120.0.0.0 VR Safari/537.36' },
+    { name: 'a Meta Quest headset (ua-parser-js 1.x calls headsets wearable)', device: 'wearable', ua: 'Mozilla/5.0 (X11; Linux x86_64; Quest 3) AppleWebKit/537.36 (KHTML, like Gecko) OculusBrowser/31.0.0.7.76 SamsungBrowser/4.0 Chrome/120.0.0.0 VR Safari/537.36' },
     { name: 'an empty UA', device: 'unknown', ua: '' },
     { name: 'curl', device: 'unknown', ua: 'curl/8.5.0' },
   ];
@@ -201,7 +201,7 @@ describe('user agent', () => {
   }
 
   // isbot calls these bots; we do not (see HTTP_CLIENT_LIBRARIES): they are server-side callers of the API.
-  const httpClients = ['curl/8.5.0', 'node', 'undici', 'python-requests/2.31.0', 'Go-http-client/1.1', 'axios/1.6.0', 'okhttp/4.12.0', 'Wget/1.21.4'];
+  const httpClients = ['curl/8.5.0', 'node', 'undici', 'python-requests/2.31.0', 'Go-http-client/1.1', 'axios/1.6.0', 'okhttp/4.12.0', 'Wget/1.21.4', 'grpc-node-js/1.14.7', 'acme-backend/2.0 build/7'];
   for (const ua of httpClients) {
     test(`the HTTP library UA "${ua}" is a server-side caller: not a bot, device unknown`, () => {
       assert.deepEqual({ ...parseUserAgent(ua) }, { bot: false, device: 'unknown' });

@@ -12,7 +12,7 @@ export interface ClientFacts {
 export interface Enrichment {
   /** isbot(UA) or a headless-browser marker; an empty UA or a plain HTTP library (server-to-server callers) is not a bot */
   bot: boolean;
-  /** 'desktop' | 'mobile' | 'tablet' | 'smarttv' | 'console' | 'wearable' | 'xr' | 'embedded' | 'unknown' */
+  /** 'desktop' | 'mobile' | 'tablet' | 'smarttv' | 'console' | 'wearable' | 'embedded' | 'unknown' */
   device: string;
   /** ISO 3166-1 alpha-2, upper case, or 'Unknown' (non-public address, not in the database, no database) */
   country: string;

@@ -35,6 +35,18 @@ const HEADLESS_MARKERS = /headless|phantomjs|puppeteer|playwright|selenium|webdr
 const HTTP_CLIENT_LIBRARIES =
   /^(?:curl|libcurl|wget|node|undici|node-fetch|axios|got|ky|deno|bun|python-requests|python-httpx|python-urllib|aiohttp|go-http-client|okhttp|java|apache-httpclient|jetty|reqwest|dart|ruby|faraday|guzzlehttp|restsharp|postmanruntime|insomnia|httpie)(?:[\s/(;]|$)/i;
 
+/**
+ * A UA made only of `product/version` tokens (`grpc-node-js/1.14.7`, `acme-backend/2.0 build/7`) is a backend
+ * program: isbot's generic rule calls every such UA a bot, which would silently drop all gRPC traffic (grpc-js sends
+ * `grpc-node-js/x.y`). Crawlers that name themselves this way still say so (`Googlebot/2.1`), so they stay bots.
+ */
+const PRODUCT_TOKENS_ONLY = /^[\w.+-]+\/[\w.+-]+(?:\s+[\w.+-]+\/[\w.+-]+)*$/;
+const SELF_DECLARED_CRAWLER = /bot|crawl|spider|slurp|scrap|archiv|scan|index|preview|monitor/i;
+
+function isServerProduct(ua: string): boolean {
+  return PRODUCT_TOKENS_ONLY.test(ua) && !SELF_DECLARED_CRAWLER.test(ua);
+}
+
 /** Operating systems that only run on desktops and laptops, lower case as ua-parser-js names them */
 const DESKTOP_OS = new Set([
   'windows',
@@ -76,7 +88,7 @@ export function parseUserAgent(rawUserAgent: string): UserAgentFacts {
   const ua = rawUserAgent.trim().slice(0, MAX_USER_AGENT_LENGTH);
   // An empty UA is a server-to-server caller, not a bot (and ua-parser-js would fall back to the runtime's own UA).
   if (ua === '') return EMPTY_UA;
-  if (HTTP_CLIENT_LIBRARIES.test(ua)) return Object.freeze({ bot: false, device: 'unknown' });
+  if (HTTP_CLIENT_LIBRARIES.test(ua) || isServerProduct(ua)) return Object.freeze({ bot: false, device: 'unknown' });
 
   const parser = new UAParser(ua);
   const type = parser.getDevice().type;
@@ -92,7 +104,7 @@ export function parseUserAgent(rawUserAgent: string): UserAgentFacts {
 }
 
 function deviceClass(type: string | undefined, os: string | undefined): string {
-  // ua-parser-js v2 types are kept as they are: mobile, tablet, smarttv, console, wearable, xr, embedded
+  // ua-parser-js types are kept as they are: mobile, tablet, smarttv, console, wearable, embedded
   if (type !== undefined && type !== '') return type.toLowerCase().slice(0, MAX_DEVICE_LENGTH);
   // ua-parser-js leaves the type undefined for desktops (it has no 'desktop' type)
   const osName = os?.toLowerCase();
