@@ -120,19 +120,9 @@ export class Engine implements AnalyticsEngine {
 
   async ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    const who = this.authenticate(meta);
-    if (!who.ok) return who;
-    const { key } = who.value;
-    if (key.kind === 'admin' || key.projectId === undefined) {
-      return fail('forbidden', 'admin keys cannot ingest; use the project\'s sk_ or pk_ key');
-    }
-    const project = this.projects.get(key.projectId);
-    if (!project) return fail('unauthorized', 'the key\'s project no longer exists');
-    const scope = this.checkOrigin(project, key, meta);
-    if (scope) return scope;
-    const limited = this.rateLimit(who.value, project, meta);
-    if (!limited.ok) return limited;
-    const rate = limited.value;
+    const admitted = this.admitIngest(meta);
+    if (!admitted.ok) return admitted;
+    const { project, rate } = admitted.value;
 
     if (events.length === 0) return fail('invalid_request', 'the batch is empty: send 1 to 500 events', {}, rate);
     if (events.length > MAX_BATCH_EVENTS) {
@@ -260,54 +250,44 @@ export class Engine implements AnalyticsEngine {
     const who = this.authenticate(meta);
     if (!who.ok) return who;
     const { key } = who.value;
-    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ key');
+    const limited = this.rateLimit(who.value, meta);
+    if (!limited.ok) return limited;
+    const rate = limited.value;
+    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
-      if (!query.projectId) return fail('invalid_request', 'admin keys must name the project: ?projectId=...');
+      if (!query.projectId) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
       projectId = query.projectId;
     } else {
       if (query.projectId !== undefined && query.projectId !== key.projectId) {
-        return fail('forbidden', 'the key belongs to another project');
+        return fail('forbidden', 'the key belongs to another project', {}, rate);
       }
       projectId = key.projectId!;
     }
     const project = this.projects.get(projectId);
-    if (!project) return fail('not_found', `no project "${projectId}"`);
+    if (!project) return fail('not_found', `no project "${projectId}"`, {}, rate);
     if (key.kind !== 'admin') {
-      const scope = this.checkOrigin(project, key, meta);
+      const scope = this.checkOrigin(project, key, meta, rate);
       if (scope) return scope;
     }
-    const limited = this.rateLimit(who.value, project, meta);
-    if (!limited.ok) return limited;
     const range = resolveRange(query, dayOf(this.now(), project.timezone));
-    if (!range.ok) return fail('invalid_request', range.message, {}, limited.value);
-    return {
-      ok: true,
-      value: metrics(this.state, project.id, project.timezone, range.from, range.to),
-      rate: limited.value,
-    };
+    if (!range.ok) return fail('invalid_request', range.message, {}, rate);
+    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to), rate };
   }
 
   listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }> {
-    const who = this.authenticate(meta);
-    if (!who.ok) return who;
-    const { key } = who.value;
-    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest');
-    const limited = this.rateLimit(who.value, undefined, meta);
-    if (!limited.ok) return limited;
+    const admitted = this.admitManage(meta);
+    if (!admitted.ok) return admitted;
+    const { key } = admitted.value.who;
     const visible = key.kind === 'admin' ? [...this.projects.values()] : [this.projects.get(key.projectId!)].filter((p) => p !== undefined);
-    return { ok: true, value: { projects: visible.map(view) }, rate: limited.value };
+    return { ok: true, value: { projects: visible.map(view) }, rate: admitted.value.rate };
   }
 
   async createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    const who = this.authenticate(meta);
-    if (!who.ok) return who;
-    const { key } = who.value;
-    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest');
-    const limited = this.rateLimit(who.value, undefined, meta);
-    if (!limited.ok) return limited;
-    const rate = limited.value;
+    const admitted = this.admitManage(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
     const guard = guardJson(body);
     if (!guard.ok) return fail('invalid_request', guard.message, { details: [{ path: guard.path, message: guard.message }] }, rate);
     const parsed = CreateProjectSchema.safeParse(body);
@@ -361,33 +341,96 @@ export class Engine implements AnalyticsEngine {
 
   private authenticate(meta: RequestMeta): Outcome<Principal> {
     const key = bearerKey(meta.authorization);
-    if (key === undefined) return fail('unauthorized', 'send Authorization: Bearer <API key>');
+    if (key === undefined) return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
     const keyHash = hashKey(key);
     const record = this.store.getKey(keyHash);
-    if (!record) return fail('unauthorized', 'unknown or revoked API key');
+    if (!record) return fail('unauthorized', 'unknown or revoked API key', {}, this.unspentRate());
     return { ok: true, value: { key: record, keyHash } };
   }
 
+  /**
+   * A 401 has no bucket to report (the caller is nobody), but the contract puts RateLimit-* on every response of an
+   * authenticated endpoint: report the default per-key policy, untouched.
+   */
+  private unspentRate(): RateInfo {
+    const burst = this.config.rate.burstPerKey;
+    return { limit: burst, remaining: burst, resetSeconds: 0 };
+  }
+
+  /** The gate of POST /analytics: a project key, within its limits, from an allowed origin. */
+  private admitIngest(meta: RequestMeta): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
+    const who = this.authenticate(meta);
+    if (!who.ok) return who;
+    const { key } = who.value;
+    // Limit before judging scope, so a refused request still costs a token and carries the RateLimit-* headers.
+    const limited = this.rateLimit(who.value, meta);
+    if (!limited.ok) return limited;
+    const rate = limited.value;
+    if (key.kind === 'admin' || key.projectId === undefined) {
+      return fail('forbidden', 'admin keys cannot ingest; use the project\'s sk_ or pk_ key', {}, rate);
+    }
+    const project = this.projects.get(key.projectId);
+    if (!project) return fail('unauthorized', 'the key\'s project no longer exists', {}, rate);
+    const scope = this.checkOrigin(project, key, meta, rate);
+    if (scope) return scope;
+    return { ok: true, value: { project, rate } };
+  }
+
+  /** The gate of GET and POST /projects: an admin or secret key, within its limits, from an allowed origin. */
+  private admitManage(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
+    const who = this.authenticate(meta);
+    if (!who.ok) return who;
+    const { key } = who.value;
+    const limited = this.rateLimit(who.value, meta);
+    if (!limited.ok) return limited;
+    const rate = limited.value;
+    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest', {}, rate);
+    const own = key.projectId === undefined ? undefined : this.projects.get(key.projectId);
+    if (own) {
+      const scope = this.checkOrigin(own, key, meta, rate);
+      if (scope) return scope;
+    }
+    return { ok: true, value: { who: who.value, rate } };
+  }
+
+  /**
+   * A request the face refused on the wire (unsupported type, body too large, bad JSON). The caller still passes the
+   * endpoint's gate first: a bad key answers 401 before a bad body, and every authenticated answer costs a token and
+   * carries RateLimit-* headers, whatever was wrong with the body.
+   */
+  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Fail {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : this.admitManage(meta);
+    if (!admitted.ok) return admitted;
+    return fail(error.code, error.message, error, admitted.value.rate);
+  }
+
   /** Origin and Referer rules of the project (undefined = allowed). */
-  private checkOrigin(project: ProjectRecord, key: KeyRecord, meta: RequestMeta): Fail | undefined {
+  private checkOrigin(project: ProjectRecord, key: KeyRecord, meta: RequestMeta, rate: RateInfo): Fail | undefined {
     if (project.allowedOrigins.length > 0) {
       if (meta.origin === undefined) {
-        if (key.kind === 'publishable') return fail('forbidden', 'this project only accepts pk_ requests from its allowed origins');
+        if (key.kind === 'publishable') return fail('forbidden', 'this project only accepts pk_ requests from its allowed origins', {}, rate);
       } else if (!project.allowedOrigins.includes(safeOrigin(meta.origin))) {
-        return fail('forbidden', `origin ${meta.origin} is not allowed for this project`);
+        return fail('forbidden', `origin ${meta.origin} is not allowed for this project`, {}, rate);
       }
     }
     if (project.allowedReferrers.length > 0 && meta.referer !== undefined) {
       const host = safeHost(meta.referer);
       if (host === undefined || !project.allowedReferrers.includes(host)) {
-        return fail('forbidden', 'the Referer host is not allowed for this project');
+        return fail('forbidden', 'the Referer host is not allowed for this project', {}, rate);
       }
     }
     return undefined;
   }
 
-  private rateLimit(who: Principal, project: ProjectRecord | undefined, meta: RequestMeta): Outcome<RateInfo> {
+  /**
+   * One token from the key's bucket and, for pk_ keys, from the client IP's bucket in the key's project. The buckets
+   * belong to the key, so their sizes are its own project's (admin keys: the service defaults), whatever the
+   * request names.
+   */
+  private rateLimit(who: Principal, meta: RequestMeta): Outcome<RateInfo> {
     const d = this.config.rate;
+    const project = who.key.projectId === undefined ? undefined : this.projects.get(who.key.projectId);
     const r = project?.rate;
     const now = this.now();
     const byKey = this.limiter.take(`k:${who.keyHash}`, r?.perKey ?? d.perKey, r?.burstPerKey ?? d.burstPerKey, now);

@@ -14,10 +14,23 @@ const MAX_RATE = 100_000;
 
 const HOSTNAME = /^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$/i;
 
+/**
+ * An origin is a URL with nothing after the host and port. Case, a default port (:443) and a trailing slash are
+ * spelling, not meaning: normalizeOrigin removes them, so they are accepted here.
+ */
 const origin = z.string().refine((s) => {
   if (!URL.canParse(s)) return false;
   const u = new URL(s);
-  return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === s.replace(/\/$/, '');
+  return (
+    (u.protocol === 'http:' || u.protocol === 'https:') &&
+    u.username === '' &&
+    u.password === '' &&
+    u.pathname === '/' &&
+    u.search === '' &&
+    u.hash === '' &&
+    !/[?#]/.test(s) &&
+    /^https?:\/\/[^/]+\/?$/i.test(s)
+  );
 }, 'must be a URL origin like https://example.com (scheme, host, optional port; no path)');
 
 const rate = z.number().positive().max(MAX_RATE);

@@ -98,5 +98,10 @@ export interface AnalyticsEngine {
   metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse>;
   listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }>;
   createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
+  /**
+   * For a body the face could not even parse (wrong type, too large, not JSON): runs the endpoint's gate (key,
+   * rate limit, scope) and answers `error` only if the gate passes, so precedence and RateLimit-* match the rest.
+   */
+  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): { ok: false; error: EngineError; rate?: RateInfo };
   health(): HealthView;
 }

@@ -19,6 +19,8 @@ const HEADERS_TIMEOUT_MS = 10_000;
 const REQUEST_TIMEOUT_MS = 30_000;
 /** Idle keep-alive connections close after this; beacons rarely reuse connections longer. */
 const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/** Node's default made explicit: the two timeouts above are enforced at most this late. */
+const CONNECTIONS_CHECKING_INTERVAL_MS = 30_000;
 /** Browsers cap preflight caching (Chromium at 2 h); asking for more changes nothing. */
 const PREFLIGHT_MAX_AGE_S = 7200;
 /** /script.js is re-validated daily; /script.<hash>.js never changes, so it is cached for a year. */
@@ -31,6 +33,12 @@ export interface HttpOptions {
   host: string;
   port: number;
   trustProxy: boolean;
+  /** overrides of the timeouts below (tests use short ones); absent = the defaults above */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  keepAliveTimeoutMs?: number;
+  /** how often Node checks requests against headersTimeout/requestTimeout */
+  connectionsCheckingIntervalMs?: number;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> | void;
@@ -85,9 +93,10 @@ export class HttpFace {
     this.server = createServer(
       {
         maxHeaderSize: MAX_HEADER_BYTES,
-        headersTimeout: HEADERS_TIMEOUT_MS,
-        requestTimeout: REQUEST_TIMEOUT_MS,
-        keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+        headersTimeout: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS,
+        requestTimeout: options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+        keepAliveTimeout: options.keepAliveTimeoutMs ?? KEEP_ALIVE_TIMEOUT_MS,
+        connectionsCheckingInterval: options.connectionsCheckingIntervalMs ?? CONNECTIONS_CHECKING_INTERVAL_MS,
       },
       (req, res) => void this.handle(req, res),
     );
@@ -148,14 +157,17 @@ export class HttpFace {
 
   private async ingest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.meta(req);
-    const body = await this.readJson(req, res);
-    if (body === undefined) return;
+    const body = await this.readJson(req);
+    if (!body.ok) return this.refuse(req, res, meta, 'ingest', body);
+    const value = body.value;
     let events: unknown[];
-    if (Array.isArray(body)) events = body;
-    else if (isObject(body) && 'events' in body && !('event' in body)) {
-      if (!Array.isArray(body.events)) return this.send(res, fail('invalid_request', '`events` must be an array of events'));
-      events = body.events;
-    } else events = [body];
+    if (Array.isArray(value)) events = value;
+    else if (isObject(value) && 'events' in value && !('event' in value)) {
+      if (!Array.isArray(value.events)) {
+        return this.refuse(req, res, meta, 'ingest', { ok: false, error: { code: 'invalid_request', message: '`events` must be an array of events' } });
+      }
+      events = value.events;
+    } else events = [value];
     const out = await this.engine.ingest(meta, events);
     if (out.ok) return this.sendJson(res, 200, { ok: true, ts: out.value.ts, accepted: out.value.accepted }, out.rate);
     return this.send(res, out);
@@ -182,9 +194,9 @@ export class HttpFace {
 
   private async createProject(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.meta(req);
-    const body = await this.readJson(req, res);
-    if (body === undefined) return;
-    const out = await this.engine.createProject(meta, body);
+    const body = await this.readJson(req);
+    if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
+    const out = await this.engine.createProject(meta, body.value);
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
@@ -209,41 +221,46 @@ export class HttpFace {
     res.writeHead(200, { 'Content-Type': 'application/javascript; charset=utf-8' }).end(build.code);
   }
 
-  /** Reads and parses a JSON body, answering 413/415/400 itself; undefined means it already answered. */
-  private async readJson(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+  /** Reads and parses a JSON body; a failure says what to answer once the caller has passed the gate. */
+  private async readJson(req: IncomingMessage): Promise<JsonBody> {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/json' && type !== 'text/plain') {
       req.resume();
-      this.send(res, fail('unsupported_media_type', 'send Content-Type: application/json (or text/plain for beacons)'));
-      return undefined;
+      return wireFail('unsupported_media_type', 'send Content-Type: application/json (or text/plain for beacons)');
     }
     const body = await readBody(req);
     if (!body.ok) {
-      // Stop reading: tell the client, then close the connection so it cannot keep streaming at us.
-      res.setHeader('Connection', 'close');
-      this.send(res, fail('payload_too_large', body.message));
-      req.socket.end();
-      return undefined;
+      if (body.reason === 'aborted') return { ok: false, aborted: true, error: { code: 'invalid_request', message: body.message } };
+      return { ...wireFail('payload_too_large', body.message), tooLarge: true };
     }
     let text = body.text;
     if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
     if (text.trim() === '') {
-      this.send(res, fail('invalid_json', 'the body is empty; send a JSON event, array of events or {"events": [...]}'));
-      return undefined;
+      return wireFail('invalid_json', 'the body is empty; send a JSON event, array of events or {"events": [...]}');
     }
     let value: unknown;
     try {
       value = JSON.parse(text);
     } catch (err) {
-      this.send(res, fail('invalid_json', `the body is not valid JSON: ${err instanceof Error ? err.message : 'parse error'}`));
-      return undefined;
+      return wireFail('invalid_json', `the body is not valid JSON: ${err instanceof Error ? err.message : 'parse error'}`);
     }
     const guard = guardJson(value);
-    if (!guard.ok) {
-      this.send(res, fail('invalid_request', guard.message, { details: [{ path: guard.path, message: guard.message }] }));
-      return undefined;
+    if (!guard.ok) return wireFail('invalid_request', guard.message, [{ path: guard.path, message: guard.message }]);
+    return { ok: true, value };
+  }
+
+  /** Answers a body the face could not use, after the engine's gate (401/403/429 win over a bad body). */
+  private refuse(req: IncomingMessage, res: ServerResponse, meta: RequestMeta, endpoint: 'ingest' | 'manage', body: JsonFailure): void {
+    if (body.aborted) return; // the client went away mid-body: nobody to answer
+    const out = this.engine.refuse(meta, endpoint, body.error);
+    if (body.tooLarge) {
+      // Stop reading: tell the client, then close the connection so it cannot keep streaming at us.
+      res.setHeader('Connection', 'close');
+      this.send(res, out);
+      req.socket.end();
+      return;
     }
-    return value;
+    this.send(res, out);
   }
 
   private cors(req: IncomingMessage, res: ServerResponse): void {
@@ -285,6 +302,22 @@ export class HttpFace {
     });
     res.end(json);
   }
+}
+
+interface JsonFailure {
+  ok: false;
+  error: EngineError;
+  /** 413: the connection is closed after the answer */
+  tooLarge?: boolean;
+  /** the client went away before the body ended */
+  aborted?: boolean;
+}
+type JsonBody = { ok: true; value: unknown } | JsonFailure;
+
+function wireFail(code: ErrorCode, message: string, details?: EngineError['details']): JsonFailure {
+  const error: EngineError = { code, message };
+  if (details) error.details = details;
+  return { ok: false, error };
 }
 
 function fail(code: ErrorCode, message: string, extra: Partial<EngineError> = {}): Extract<Outcome<never>, { ok: false }> {
