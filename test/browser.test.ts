@@ -343,6 +343,61 @@ test('without data-allow-local an automated browser sends nothing, and track sti
   await other.context().close();
 });
 
+test('data-api sends events to another ingestion URL than the script came from', async () => {
+  const project = await newProject('data-api');
+  // Script straight from the service; events through the proxy, which the log then shows.
+  const tag = `<script defer src="${service.url}/script.js" data-key="${project.keys.publishable}" data-api="${proxy.origin}/analytics" data-allow-local></script>`;
+  const { page, errors } = await openPage();
+  await page.goto(serve('data-api', tag));
+  await metricsWhen(project, (x) => x.pageviews === 1);
+  assert.equal(analyticsPosts(project.keys.publishable).length, 1);
+  assert.deepEqual(errors, []);
+  await page.context().close();
+});
+
+test('the TypeScript client runs in the browser: batches, page context, and delivery when the page is hidden', async () => {
+  const project = await newProject('client');
+  const esbuild = await import('esbuild');
+  const bundle = await esbuild.build({
+    entryPoints: [new URL('../src/client/index.ts', import.meta.url).pathname],
+    bundle: true, write: false, format: 'iife', globalName: 'Analytics', target: 'es2020', logLevel: 'silent',
+  });
+  const library = bundle.outputFiles[0]?.text ?? '';
+  assert.doesNotMatch(library, /<\/script/i, 'safe to inline');
+  const url = serve('client', `<script>${library}</script>`);
+  const { page, errors, sent } = await openPage();
+  await page.goto(url, { referer: 'https://duckduckgo.com/' });
+  const options = { apiKey: project.keys.publishable, projectId: project.project.id, endpoint: `${proxy.origin}/analytics` };
+  interface BrowserClient { pageView(): string; track(n: string, p?: object): string; flush(): Promise<void>; stats(): { sent: number; requests: number } }
+  type Lib = { createClient(o: typeof options & { flushIntervalMs: number }): BrowserClient };
+  const stats = await page.evaluate(async (o) => {
+    const client = (window as unknown as { Analytics: Lib }).Analytics.createClient({ ...o, flushIntervalMs: 60_000 });
+    client.pageView();
+    client.track('cta_click', { where: 'hero' });
+    await client.flush();
+    return client.stats();
+  }, options);
+  assert.deepEqual({ sent: stats.sent, requests: stats.requests }, { sent: 2, requests: 1 });
+  const first = (sent[0] as unknown as { events: Array<Record<string, unknown>> }).events[0];
+  assert.equal(first?.['url'], url);
+  assert.equal(first?.['referrer'], 'https://duckduckgo.com/');
+  assert.match(String(first?.['screen']), /^\d+x\d+$/);
+
+  // A page being hidden may never come back: the client sends without waiting for its timer.
+  await page.evaluate((o) => {
+    const client = (window as unknown as { Analytics: Lib }).Analytics.createClient({ ...o, flushIntervalMs: 600_000 });
+    client.track('tab_hidden');
+    Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, options);
+  const m = await metricsWhen(project, (x) => x.events['tab_hidden'] === 1);
+  assert.deepEqual(m.events, { page_view: 1, cta_click: 1, tab_hidden: 1 });
+  assert.deepEqual(m.trafficSources, { DuckDuckGo: 1 });
+  assert.equal(await page.evaluate(() => document.cookie), '');
+  assert.deepEqual(errors, []);
+  await page.context().close();
+});
+
 test('the service serves the built script, and a hashed copy for long-lived caching', async () => {
   const { code, hash } = await buildTracker();
   const plain = await fetch(`${service.url}/script.js`);
