@@ -58,6 +58,14 @@ test('captureException turns anything thrown into a valid event with a descripti
   await client.shutdown();
 });
 
+test('defaults cannot carry per-event fields', () => {
+  const make = (defaults: Record<string, string>) => () =>
+    createClient({ apiKey: 'sk_test', projectId: 'p_test', endpoint: NOWHERE, defaults });
+  assert.throws(make({ eventId: 'same-for-all' }), TypeError);
+  assert.throws(make({ timestamp: '2026-01-01T00:00:00Z' }), TypeError);
+  assert.throws(make({ event: 'x' }), TypeError);
+});
+
 test('every event gets its own eventId, and a caller-supplied one is kept', async () => {
   const client = offlineClient();
   const a = client.track('e');

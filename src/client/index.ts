@@ -167,6 +167,10 @@ class BatchingClient implements AnalyticsClient {
     this.#retryMaxMs = positiveInt(o.retryMaxMs, DEFAULT_RETRY_MAX_MS, 'retryMaxMs');
     this.#timeoutMs = positiveInt(o.timeoutMs, DEFAULT_TIMEOUT_MS, 'timeoutMs');
     this.#defaults = o.defaults ?? {};
+    for (const key of [...RESERVED_CONTEXT, 'eventId', 'timestamp']) {
+      // One eventId for every event would de-duplicate them all into one; a fixed timestamp soon falls out of range.
+      if (key in this.#defaults) throw new TypeError(`defaults.${key} is per event; pass it in the call's context`);
+    }
     // Bound to globalThis: browsers throw "Illegal invocation" when fetch is called as a method of another object.
     this.#fetch = o.fetch ?? globalThis.fetch.bind(globalThis);
     this.#onError = o.onError;

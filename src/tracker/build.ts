@@ -15,6 +15,8 @@ export interface TrackerBuild {
   hash: string;
   /** size after gzip -9, what a browser actually downloads */
   gzipBytes: number;
+  /** `code` gzipped once, to serve with Content-Encoding: gzip when the request accepts it */
+  gzip: Buffer;
 }
 
 /** 16 hex chars = 64 bits: collisions between two tracker versions are out of the question. */
@@ -49,9 +51,6 @@ async function bundle(): Promise<TrackerBuild> {
   const output = result.outputFiles[0];
   if (!output) throw new Error('esbuild produced no output for the tracker');
   const code = output.text;
-  return {
-    code,
-    hash: createHash('sha256').update(code).digest('hex').slice(0, HASH_CHARS),
-    gzipBytes: gzipSync(code, { level: 9 }).length,
-  };
+  const gzip = gzipSync(code, { level: 9 });
+  return { code, hash: createHash('sha256').update(code).digest('hex').slice(0, HASH_CHARS), gzipBytes: gzip.length, gzip };
 }
