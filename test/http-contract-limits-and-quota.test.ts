@@ -211,6 +211,16 @@ describe('RateLimiter memory', () => {
     assert.ok(limiter.size() <= 200_000, String(limiter.size()));
   });
 
+  test('a clock that steps back neither drains nor refills a bucket', () => {
+    const limiter = new RateLimiter();
+    const t0 = 10_000_000;
+    limiter.take('k', 1000, 2000, t0);
+    const back = limiter.take('k', 1000, 2000, t0 - 3_600_000);
+    assert.equal(back.allowed, true);
+    assert.equal(back.info.remaining, 1998);
+    assert.equal(limiter.take('k', 1000, 2000, t0).info.remaining, 1997);
+  });
+
   test('a refused take reports Retry-After of at least one second and no remaining tokens', () => {
     const limiter = new RateLimiter();
     limiter.take('k', 1000, 1, 0);

@@ -39,8 +39,9 @@ export class RateLimiter {
     } else {
       b.rate = rate;
       b.burst = burst;
-      b.tokens = Math.min(burst, b.tokens + ((now - b.updated) / 1000) * rate);
-      b.updated = now;
+      // A clock that steps back (NTP) refills nothing; it must not drain the bucket by "negative time" either.
+      b.tokens = Math.min(burst, b.tokens + (Math.max(0, now - b.updated) / 1000) * rate);
+      b.updated = Math.max(b.updated, now);
     }
     const allowed = b.tokens >= 1;
     if (allowed) b.tokens -= 1;
