@@ -1,7 +1,9 @@
 import { MAX_BATCH_EVENTS, MAX_BODY_BYTES, MAX_PARAM_STRING } from '../core/limits.ts';
 import { type EncodedEvent, type OutgoingEvent, encodeEvent } from './encode-event.ts';
+import { describeThrown, truncate } from './describe-thrown.ts';
 import { isRetryableStatus, parseRetryAfter, retryDelayMs } from './retry-policy.ts';
 import {
+  type AnalyticsClient,
   type ClientOptions,
   type ClientStats,
   DeliveryError,
@@ -40,7 +42,9 @@ const DEFAULT_FLUSH_INTERVAL_MS = 1000;
 const DEFAULT_MAX_QUEUE = 10_000;
 /** 5 retries with doubling steps from 500 ms span ≈ 15 s: a service restart, not a long outage. */
 const DEFAULT_MAX_RETRIES = 5;
+/** Half a second: long enough for a restarting service to bind its port again. */
 const DEFAULT_RETRY_BASE_MS = 500;
+/** No single wait beyond 30 s: longer Retry-Afters (a monthly quota) give the batch up instead of the queue. */
 const DEFAULT_RETRY_MAX_MS = 30_000;
 /** A healthy ingestion answers in milliseconds; 10 s means the connection is gone. */
 const DEFAULT_TIMEOUT_MS = 10_000;
@@ -48,48 +52,6 @@ const DEFAULT_TIMEOUT_MS = 10_000;
 const KEEPALIVE_MAX_BYTES = 60 * 1024;
 /** `{"events":[` + `]}` around the comma-joined events. */
 const BATCH_ENVELOPE_BYTES = 13;
-
-export interface AnalyticsClient {
-  /**
-   * Records a page view. In a browser the URL, referrer, screen and language default to the current page; in
-   * Node pass `context.url` (a path or an absolute URL). Returns the event's `eventId`.
-   * @example analytics.pageView({ url: '/pricing', sessionId: 's_1', referrer: 'https://news.ycombinator.com/' });
-   */
-  pageView(context?: EventContext): string;
-  /**
-   * Records a custom event with up to 25 scalar parameters. Returns the event's `eventId`.
-   * @example analytics.track('signup', { plan: 'pro', seats: 3 }, { userId: 'u_42' });
-   */
-  track(name: string, params?: EventParams, context?: EventContext): string;
-  /**
-   * Records a `purchase` with params `transaction_id`, `value` and `currency`, and the line items as the event's
-   * `items`. Returns the event's `eventId`.
-   * @example analytics.purchase('T-1001', 59.9, 'EUR', [{ item_id: 'sku-1', price: 29.95, quantity: 2 }]);
-   */
-  purchase(transactionId: string, value: number, currency: string, items: PurchaseItem[], context?: EventContext): string;
-  /**
-   * Records an `exception` with params `description` (the message, cut to 500 characters) and `fatal`. Accepts
-   * anything that was thrown. Returns the event's `eventId`.
-   * @example process.on('uncaughtException', (e) => analytics.captureException(e, { fatal: true }));
-   */
-  captureException(error: unknown, options?: { fatal?: boolean; context?: EventContext }): string;
-  /**
-   * Sends everything queued and resolves when the queue is empty (delivered, or given up and reported to
-   * `onError`). Never rejects.
-   * @example await analytics.flush();
-   */
-  flush(): Promise<void>;
-  /**
-   * Flushes, then stops: later events are dropped (counted, reported as `closed`) and no timer stays behind.
-   * @example process.on('SIGTERM', () => analytics.shutdown().then(() => process.exit(0)));
-   */
-  shutdown(): Promise<void>;
-  /**
-   * Counters since creation: queued, in flight, sent, dropped, failed, retries, requests.
-   * @example if (analytics.stats().dropped > 0) console.warn('analytics queue overflowed');
-   */
-  stats(): ClientStats;
-}
 
 /**
  * Creates a client. Only `apiKey`, `projectId` and `endpoint` are required.
@@ -110,22 +72,6 @@ function newEventId(): string {
   if (c && typeof c.randomUUID === 'function') return c.randomUUID();
   // randomUUID is missing in insecure browser contexts (plain http); getRandomValues is not.
   return Array.from(c.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
-}
-
-function describe(error: unknown): string {
-  try {
-    if (error instanceof Error) return error.message || error.name;
-    return typeof error === 'string' ? error : JSON.stringify(error) ?? String(error);
-  } catch {
-    return 'unserializable error';
-  }
-}
-
-/** Cuts to `max` UTF-16 units without leaving half of a surrogate pair behind. */
-function truncate(s: string, max: number): string {
-  if (s.length <= max) return s;
-  const cut = s.slice(0, max);
-  return /[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut;
 }
 
 const RESERVED_CONTEXT = ['event', 'eventParams', 'items', 'projectId'];
@@ -210,7 +156,7 @@ class BatchingClient implements AnalyticsClient {
   }
 
   captureException(error: unknown, options?: { fatal?: boolean; context?: EventContext }): string {
-    const params = { description: truncate(describe(error), MAX_PARAM_STRING), fatal: options?.fatal === true };
+    const params = { description: truncate(describeThrown(error), MAX_PARAM_STRING), fatal: options?.fatal === true };
     return this.#record('exception', params, undefined, options?.context);
   }
 
@@ -330,7 +276,7 @@ class BatchingClient implements AnalyticsClient {
           retryAfterMs = parseRetryAfter(res.headers.get('retry-after'), Date.now());
           if (!isRetryableStatus(status)) return this.#lose('rejected', batch.length, message, status, code, true);
         } catch (error) {
-          message = `network error: ${describe(error)}`;
+          message = `network error: ${describeThrown(error)}`;
         }
         if (attempt >= this.#maxRetries) {
           return this.#lose('retries_exhausted', batch.length, `${message} (after ${attempt + 1} attempts)`, status, code, true);

@@ -131,3 +131,45 @@ export class InvalidEventError extends TypeError {
     super(`${path}: ${message}`);
   }
 }
+
+export interface AnalyticsClient {
+  /**
+   * Records a page view. In a browser the URL, referrer, screen and language default to the current page; in
+   * Node pass `context.url` (a path or an absolute URL). Returns the event's `eventId`.
+   * @example analytics.pageView({ url: '/pricing', sessionId: 's_1', referrer: 'https://news.ycombinator.com/' });
+   */
+  pageView(context?: EventContext): string;
+  /**
+   * Records a custom event with up to 25 scalar parameters. Returns the event's `eventId`.
+   * @example analytics.track('signup', { plan: 'pro', seats: 3 }, { userId: 'u_42' });
+   */
+  track(name: string, params?: EventParams, context?: EventContext): string;
+  /**
+   * Records a `purchase` with params `transaction_id`, `value` and `currency`, and the line items as the event's
+   * `items`. Returns the event's `eventId`.
+   * @example analytics.purchase('T-1001', 59.9, 'EUR', [{ item_id: 'sku-1', price: 29.95, quantity: 2 }]);
+   */
+  purchase(transactionId: string, value: number, currency: string, items: PurchaseItem[], context?: EventContext): string;
+  /**
+   * Records an `exception` with params `description` (the message, cut to 500 characters) and `fatal`. Accepts
+   * anything that was thrown. Returns the event's `eventId`.
+   * @example process.on('uncaughtException', (e) => analytics.captureException(e, { fatal: true }));
+   */
+  captureException(error: unknown, options?: { fatal?: boolean; context?: EventContext }): string;
+  /**
+   * Sends everything queued and resolves when the queue is empty (delivered, or given up and reported to
+   * `onError`). Never rejects.
+   * @example await analytics.flush();
+   */
+  flush(): Promise<void>;
+  /**
+   * Flushes, then stops: later events are dropped (counted, reported as `closed`) and no timer stays behind.
+   * @example process.on('SIGTERM', () => analytics.shutdown().then(() => process.exit(0)));
+   */
+  shutdown(): Promise<void>;
+  /**
+   * Counters since creation: queued, in flight, sent, dropped, failed, retries, requests.
+   * @example if (analytics.stats().dropped > 0) console.warn('analytics queue overflowed');
+   */
+  stats(): ClientStats;
+}
