@@ -226,3 +226,21 @@ describe('the wire', () => {
     assert.equal(await pageviews(c.keys.secret), 3);
   });
 });
+
+describe('GET /script.js', () => {
+  test('serves the tracker gzipped with caching headers, and only the current hash under /script.<hash>.js', async () => {
+    const r = await fetch(`${svc.url}/script.js`, { headers: { 'accept-encoding': 'gzip' } });
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get('content-type') ?? '', /javascript/);
+    assert.match(r.headers.get('cache-control') ?? '', /max-age=\d+/);
+    const code = await r.text(); // fetch decodes Content-Encoding: gzip
+    assert.ok(code.length > 100 && !code.includes('import '));
+    const hash = (r.headers.get('etag') ?? '').replaceAll('"', '');
+    const pinned = await fetch(`${svc.url}/script.${hash}.js`);
+    assert.equal(pinned.status, 200);
+    assert.match(pinned.headers.get('cache-control') ?? '', /immutable/);
+    assert.equal(await pinned.text(), code);
+    const stale = await fetch(`${svc.url}/script.0123456789abcdef.js`);
+    assert.equal(stale.status, 404);
+  });
+});

@@ -88,7 +88,7 @@ export class HttpFace {
       '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
       '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
-      '/script.js': { GET: (req, res) => this.script(req, res, false) },
+      '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
     this.server = createServer(
       {
@@ -126,7 +126,7 @@ export class HttpFace {
       this.cors(req, res);
       if (req.method === 'OPTIONS') return this.preflight(req, res);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
-      if (scriptMatch && req.method === 'GET') return await this.script(req, res, true);
+      if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       const route = this.routes[url.pathname];
       if (!route) return this.send(res, fail('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
@@ -206,19 +206,32 @@ export class HttpFace {
     this.sendJson(res, h.status === 'ok' ? 200 : 503, h);
   }
 
-  private async script(req: IncomingMessage, res: ServerResponse, pinned: boolean): Promise<void> {
+  /** `pinnedHash` is the hash of a /script.<hash>.js request: only the current build's hash may be cached forever. */
+  private async script(req: IncomingMessage, res: ServerResponse, pinnedHash: string | undefined): Promise<void> {
     const build = await buildTracker();
+    if (pinnedHash !== undefined && pinnedHash !== build.hash) {
+      return this.send(res, fail('not_found', `no script version ${pinnedHash}; the current one is /script.${build.hash}.js`));
+    }
     res.setHeader('ETag', `"${build.hash}"`);
     res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
+    res.setHeader('Vary', 'Origin, Accept-Encoding');
     res.setHeader(
       'Cache-Control',
-      pinned ? `public, max-age=${IMMUTABLE_MAX_AGE_S}, immutable` : `public, max-age=${SCRIPT_MAX_AGE_S}, stale-while-revalidate=${SCRIPT_MAX_AGE_S}`,
+      pinnedHash !== undefined
+        ? `public, max-age=${IMMUTABLE_MAX_AGE_S}, immutable`
+        : `public, max-age=${SCRIPT_MAX_AGE_S}, stale-while-revalidate=${SCRIPT_MAX_AGE_S}`,
     );
     if (req.headers['if-none-match'] === `"${build.hash}"`) {
       res.writeHead(304).end();
       return;
     }
-    res.writeHead(200, { 'Content-Type': 'application/javascript; charset=utf-8' }).end(build.code);
+    const headers: Record<string, string> = { 'Content-Type': 'application/javascript; charset=utf-8' };
+    if (/\bgzip\b/.test(req.headers['accept-encoding'] ?? '')) {
+      headers['Content-Encoding'] = 'gzip';
+      res.writeHead(200, headers).end(build.gzip);
+    } else {
+      res.writeHead(200, headers).end(build.code);
+    }
   }
 
   /** Reads and parses a JSON body; a failure says what to answer once the caller has passed the gate. */
