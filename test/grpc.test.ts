@@ -440,6 +440,33 @@ describe('IngestStream', () => {
   });
 });
 
+describe('shutdown', () => {
+  test('health watchers see NOT_SERVING when the server closes, and closing does not wait for them', async () => {
+    const own = await startTestService();
+    const raw = new Client(own.grpcAddress, credentials.createInsecure());
+    const watch = healthService.Watch;
+    assert.ok(watch);
+    try {
+      const call = raw.makeServerStreamRequest(watch.path, watch.requestSerialize, watch.responseDeserialize, { service: '' });
+      const seen: object[] = [];
+      const ended = new Promise<void>((resolve) => {
+        call.on('end', () => resolve());
+        call.on('error', () => resolve());
+      });
+      call.on('data', (update: object) => seen.push(update));
+      while (seen.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      const started = Date.now();
+      await own.stop();
+      await ended;
+      assert.ok(Date.now() - started < 2_000, `stop took ${Date.now() - started} ms`);
+      assert.deepEqual(seen, [{ status: 'SERVING' }, { status: 'NOT_SERVING' }]);
+    } finally {
+      raw.close();
+      await own.destroy();
+    }
+  });
+});
+
 describe('projects over gRPC', () => {
   test('CreateProject returns the project and its keys, and ListProjects shows it to the admin and to its own key only', async () => {
     const created = await client.createProject(
@@ -544,5 +571,7 @@ describe('standard services', () => {
     const stream = methods.find((m) => m.name === 'IngestStream');
     assert.equal(stream?.clientStreaming, true);
     assert.equal(stream?.serverStreaming, true);
+    const projectId = file.messageType.find((m) => m.name === 'Event')?.field.find((f) => f.name === 'project_id');
+    assert.equal(projectId?.proto3Optional, true, 'presence of optional fields survives reflection');
   });
 });

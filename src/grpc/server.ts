@@ -3,7 +3,6 @@ import type { DescMessage, Message, MessageShape } from '@bufbuild/protobuf';
 import { Server, ServerCredentials, status } from '@grpc/grpc-js';
 import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
-import { HealthImplementation } from 'grpc-health-check';
 import {
   AnalyticsService,
   CreateProjectRequestSchema,
@@ -15,6 +14,7 @@ import {
 } from '../gen/analytics/v1/analytics_pb.ts';
 import { MAX_BODY_BYTES } from '../core/limits.ts';
 import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
+import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { reflectionPackage } from './reflection.ts';
@@ -119,8 +119,8 @@ export async function startGrpcServer(
     ),
   });
 
-  const health = new HealthImplementation({ '': 'SERVING', [AnalyticsService.typeName]: 'SERVING' });
-  health.addToServer(server);
+  // '' is the whole server, as health-checking clients ask by default.
+  const health = addHealthService(server, ['', AnalyticsService.typeName]);
   new ReflectionService(reflectionPackage(file_analytics_v1_analytics)).addToServer(server);
 
   const port = await new Promise<number>((resolve, reject) => {
@@ -135,8 +135,7 @@ export async function startGrpcServer(
     port,
     close(graceMs = DEFAULT_GRACE_MS) {
       closing ??= new Promise<void>((resolve) => {
-        health.setStatus('', 'NOT_SERVING');
-        health.setStatus(AnalyticsService.typeName, 'NOT_SERVING');
+        health.stopServing();
         // Streams stay open until their client ends them; ask each to stop after its current batch's ack.
         for (const stream of [...streams]) stream.stop();
         const force = setTimeout(() => {
