@@ -3,7 +3,7 @@ import { status } from '@grpc/grpc-js';
 import type { ServerDuplexStream, StatusObject } from '@grpc/grpc-js';
 import { IngestStreamRequestSchema, IngestStreamResponseSchema } from '../gen/analytics/v1/analytics_pb.ts';
 import type { IngestStreamResponse } from '../gen/analytics/v1/analytics_pb.ts';
-import type { AnalyticsEngine, RateInfo } from '../engine/types.ts';
+import type { AnalyticsEngine, EngineError, RateInfo } from '../engine/types.ts';
 import { requestMeta } from './request-meta.ts';
 import { decode, eventsToPlain } from './request-to-plain.ts';
 import { rateMetadata, toStatus } from './status.ts';
@@ -62,6 +62,12 @@ export function ingestStreamHandler(
     };
     open.add(drain);
 
+    // As for unary calls: the ingest gate (key, rate limit, scope) answers before a batch it cannot use.
+    const refuse = (error: EngineError): void => {
+      const refused = engine.refuse(meta, 'ingest', error);
+      finish(toStatus(refused.error, refused.rate));
+    };
+
     const next = (): void => {
       busy = false;
       if (done) return;
@@ -72,9 +78,9 @@ export function ingestStreamHandler(
 
     const handle = async (bytes: Buffer): Promise<void> => {
       const request = decode(IngestStreamRequestSchema, bytes);
-      if (!request.ok) return finish(toStatus(request.error));
+      if (!request.ok) return refuse(request.error);
       const events = eventsToPlain(request.value.events);
-      if (!events.ok) return finish(toStatus(events.error));
+      if (!events.ok) return refuse(events.error);
       const outcome = await engine.ingest(meta, events.value);
       // Cancelled meanwhile: the batch may be stored without an ack; the client resends it, and its event_ids
       // make that a no-op. Nothing more to write.

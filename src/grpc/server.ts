@@ -48,19 +48,24 @@ export interface GrpcServerHandle {
 
 type UnaryHandler = (call: ServerUnaryCall<Buffer, Message>, callback: sendUnaryData<Message>) => void;
 
+/** Which engine gate a request passes before a wire error is reported (as HTTP does for a body it cannot parse). */
+type Gate = 'ingest' | 'manage';
+
 function unary<I extends DescMessage, O extends Message>(
+  engine: AnalyticsEngine,
   input: I,
+  gate: Gate,
   run: (request: MessageShape<I>, meta: RequestMeta) => Outcome<O> | Promise<Outcome<O>>,
   onFault: (err: unknown) => void,
 ): UnaryHandler {
   return (call, callback) => {
-    const request = decode(input, call.request);
-    if (!request.ok) {
-      callback(toStatus(request.error));
-      return;
-    }
     Promise.resolve()
-      .then(() => run(request.value, requestMeta(call)))
+      .then(() => {
+        const meta = requestMeta(call);
+        const request = decode(input, call.request);
+        // A bad key or an exhausted rate limit wins over bad bytes, and the refusal carries RateLimit trailers.
+        return request.ok ? run(request.value, meta) : engine.refuse(meta, gate, request.error);
+      })
       .then(
         (outcome) => {
           if (outcome.ok) callback(null, outcome.value, rateMetadata(outcome.rate));
@@ -96,24 +101,37 @@ export async function startGrpcServer(
   });
   server.addService(serverDefinition(AnalyticsService), {
     ingest: unary(
+      engine,
       IngestRequestSchema,
+      'ingest',
       async (req, meta) => {
         const events = eventsToPlain(req.events);
-        if (!events.ok) return events;
+        if (!events.ok) return engine.refuse(meta, 'ingest', events.error);
         const ack = await engine.ingest(meta, events.value);
         return withValue(ack, (a) => create(IngestResponseSchema, { accepted: a.accepted, ts: BigInt(a.ts) }));
       },
       onFault,
     ),
     ingestStream: ingestStreamHandler(engine, streams, onFault),
+    // Metrics has no gate of its own for wire errors; 'manage' admits the same keys (admin, sk_) as a metrics read.
     getMetrics: unary(
+      engine,
       GetMetricsRequestSchema,
+      'manage',
       (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
       onFault,
     ),
-    listProjects: unary(ListProjectsRequestSchema, (_req, meta) => withValue(engine.listProjects(meta), projectsMessage), onFault),
+    listProjects: unary(
+      engine,
+      ListProjectsRequestSchema,
+      'manage',
+      (_req, meta) => withValue(engine.listProjects(meta), projectsMessage),
+      onFault,
+    ),
     createProject: unary(
+      engine,
       CreateProjectRequestSchema,
+      'manage',
       async (req, meta) => withValue(await engine.createProject(meta, createProjectBody(req)), createdProjectMessage),
       onFault,
     ),

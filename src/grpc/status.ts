@@ -29,7 +29,8 @@ export type WireDetail = ErrorDetail & { field?: string };
  */
 export function protoFieldOf(detail: WireDetail): string {
   if (detail.field !== undefined) return detail.field;
-  if (detail.index === undefined) return detail.path;
+  // Not about one event (CreateProject, a whole request): JSON and proto names agree; only list indexes differ.
+  if (detail.index === undefined) return detail.path.replace(/\.(\d+)(?=\.|$)/g, '[$1]');
   const segments = (detail.path.startsWith('/') ? detail.path.split('/') : detail.path.split('.')).filter((s) => s !== '');
   let field = `events[${detail.index}]`;
   const [head, ...rest] = segments;
