@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { RateLimiter } from '../src/engine/rate-limiter.ts';
+import { clientBucket, RateLimiter } from '../src/engine/rate-limiter.ts';
 import { assertError, assertRateHeaders, ingest, pv, storedEvents, testClock, type TestClock } from './contract-helpers.ts';
 import { api, createProject, startTestService, type ApiOptions, type ApiResponse, type CreatedProject, type TestService } from './helpers.ts';
 
@@ -183,6 +183,14 @@ describe('rate limit per client IP for pk_ keys', () => {
     assert.equal(await storedEvents(proxied.url, tight.keys.secret), 3);
   });
 
+  test('IPv6 clients are limited per /64: two addresses of one /64 share a bucket, another /64 has its own', async () => {
+    const v6 = await createProject(proxied.url, proxied.adminKey, { rate_limit: { per_ip: 1, burst_per_ip: 2 } });
+    assert.equal((await ingest(proxied.url, v6.keys.publishable, pv(), from('2a00:1450:4001:81c::1'))).status, 200);
+    assert.equal((await ingest(proxied.url, v6.keys.publishable, pv(), from('2a00:1450:4001:81c:dead:beef:0:2'))).status, 200);
+    assertError(await ingest(proxied.url, v6.keys.publishable, pv(), from('2a00:1450:4001:81c:ffff::3')), 429, 'rate_limited');
+    assert.equal((await ingest(proxied.url, v6.keys.publishable, pv(), from('2a00:1450:4001:81d::1'))).status, 200);
+  });
+
   test('without TRUST_PROXY, X-Forwarded-For is ignored: every local client is the same IP', async () => {
     const local = await createProject(svc.url, svc.adminKey, { rate_limit: { per_ip: 1, burst_per_ip: 2 } });
     assert.equal((await ingest(svc.url, local.keys.publishable, pv(), from(A))).status, 200);
@@ -210,6 +218,17 @@ describe('RateLimiter memory', () => {
     for (let i = 0; i < 200_500; i++) limiter.take(`ip:${i}`, 50, 100, 5_000);
     assert.ok(limiter.size() <= 200_000, String(limiter.size()));
   });
+
+  const buckets: Array<[string, string]> = [
+    ['203.0.113.9', '203.0.113.9'],
+    ['2a00:1450:4001:81c::1', '2a00:1450:4001:81c::/64'],
+    ['2A00:1450:4001:081C:FFFF:0:0:1', '2a00:1450:4001:81c::/64'],
+    ['2a00::1', '2a00:0:0:0::/64'],
+    ['fe80::1:2:3:4:5', 'fe80:0:0:1::/64'],
+  ];
+  for (const [ip, bucket] of buckets) {
+    test(`the client bucket of ${ip} is ${bucket}`, () => assert.equal(clientBucket(ip), bucket));
+  }
 
   test('a clock that steps back neither drains nor refills a bucket', () => {
     const limiter = new RateLimiter();

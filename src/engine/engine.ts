@@ -14,7 +14,7 @@ import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { bearerKey, generateId, generateKey, hashKey } from './keys.ts';
 import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
-import { RateLimiter } from './rate-limiter.ts';
+import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
 import { Snapshotter } from './snapshotter.ts';
 import type {
@@ -438,7 +438,7 @@ export class Engine implements AnalyticsEngine {
       return fail('rate_limited', 'too many requests for this key', { retryAfterSeconds: byKey.retryAfterSeconds }, byKey.info);
     }
     if (who.key.kind === 'publishable' && project) {
-      const byIp = this.limiter.take(`i:${project.id}:${meta.ip}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp, now);
+      const byIp = this.limiter.take(`i:${project.id}:${clientBucket(meta.ip)}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp, now);
       if (!byIp.allowed) {
         return fail('rate_limited', 'too many requests from this client', { retryAfterSeconds: byIp.retryAfterSeconds }, byIp.info);
       }

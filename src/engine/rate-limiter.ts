@@ -71,3 +71,22 @@ export class RateLimiter {
     if (!first.done) this.buckets.delete(first.value);
   }
 }
+
+/** An IPv6 subscriber is given a whole /64 (RFC 6177): the first four groups of 16 bits name the client. */
+const IPV6_CLIENT_GROUPS = 4;
+
+/**
+ * The per-client bucket of an address: an IPv4 address as is, an IPv6 address by its /64 prefix, since anyone who
+ * holds one address of a /64 can use all 2^64 of them and would otherwise get a fresh bucket per request.
+ */
+export function clientBucket(ip: string): string {
+  if (!ip.includes(':')) return ip;
+  const [head = '', tail] = ip.split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
+  return `${groups
+    .slice(0, IPV6_CLIENT_GROUPS)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
+}
