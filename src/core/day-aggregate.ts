@@ -2,6 +2,7 @@ import { CappedCounter } from './capped-counter.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { NumberCounts, NumberSet } from './number-table.ts';
 import type { StoredEvent } from './types.ts';
 
 /**
@@ -14,10 +15,10 @@ export class DayAggregate {
   bounces = 0;
   /** sessions with at least one page_view */
   sessionsWithPageview = 0;
-  /** hash53(sessionId) -> page_views of that session on this day */
-  readonly sessions = new Map<number, number>();
+  /** hash53(sessionId) -> page_views of that session on this day (typed-array table: see number-table.ts) */
+  sessions = new NumberCounts();
   /** hash53(user identity) */
-  readonly users = new Set<number>();
+  users = new NumberSet();
   /** built once the day passes EXACT_USERS_PER_DAY; derivable from `users`, so never snapshotted */
   sketch: HyperLogLog | undefined;
   readonly sources = new CappedCounter();
@@ -37,22 +38,21 @@ export class DayAggregate {
     }
 
     const u = hash53(e.user);
-    if (!this.users.has(u)) {
-      this.users.add(u);
+    if (this.users.add(u)) {
       if (this.sketch) this.sketch.add(u);
       else if (this.users.size > EXACT_USERS_PER_DAY) this.buildSketch();
     }
 
     const s = hash53(e.sessionId);
-    const pv = this.sessions.get(s);
-    if (pv === undefined) {
+    const pv = this.sessions.get(s); // -1: the session's first event of the day
+    if (pv < 0) {
       // The session's first event of the day decides its source, country and device.
       this.sources.add(e.source);
       this.countries.add(e.country);
       this.devices.add(e.device);
     }
     if (isPageview) {
-      const next = (pv ?? 0) + 1;
+      const next = (pv < 0 ? 0 : pv) + 1;
       this.sessions.set(s, next);
       if (next === 1) {
         this.sessionsWithPageview++;
@@ -60,14 +60,14 @@ export class DayAggregate {
       } else if (next === 2) {
         this.bounces--;
       }
-    } else if (pv === undefined) {
+    } else if (pv < 0) {
       this.sessions.set(s, 0);
     }
   }
 
   buildSketch(): void {
     const h = new HyperLogLog();
-    for (const u of this.users) h.add(u);
+    this.users.forEach((u) => h.add(u));
     this.sketch = h;
   }
 }

@@ -5,6 +5,10 @@ const INDEX_MASK = M - 1;
 const TWO_32 = 4294967296;
 /** bias correction constant for m >= 128 (Flajolet et al.) */
 const ALPHA = 0.7213 / (1 + 1.079 / M);
+/** 2^-rank for every rank a register can hold (0..33): the estimate sums 65,536 of these, and Math.pow is slow. */
+const INVERSE_POWERS = Float64Array.from({ length: 64 }, (_, v) => 2 ** -v);
+/** High bit of every byte: registers hold at most 33, so bytes never reach it (the SWAR merge relies on that). */
+const HIGH_BITS = 0x80808080;
 
 function fmix32(x: number): number {
   let h = x | 0;
@@ -22,9 +26,12 @@ function fmix32(x: number): number {
  */
 export class HyperLogLog {
   readonly registers: Uint8Array;
+  /** the same bytes, four at a time (merge) */
+  private readonly words: Uint32Array;
 
   constructor(registers?: Uint8Array) {
     this.registers = registers ?? new Uint8Array(M);
+    this.words = new Uint32Array(this.registers.buffer, this.registers.byteOffset, M >> 2);
   }
 
   add(hash: number): void {
@@ -39,10 +46,22 @@ export class HyperLogLog {
     if (rank > this.registers[index]!) this.registers[index] = rank;
   }
 
+  /**
+   * Register-wise max, four registers per 32-bit word (a 30-day range merges 30 × 64 KiB; byte by byte that was 60 %
+   * of a /metrics read). Every byte is below 128, so (a | 0x80) - b never borrows across bytes and its high bit says
+   * a >= b; that bit spread over its byte selects a's byte or b's.
+   */
   merge(other: HyperLogLog): void {
-    const a = this.registers;
-    const b = other.registers;
-    for (let i = 0; i < M; i++) if (b[i]! > a[i]!) a[i] = b[i]!;
+    const a = this.words;
+    const b = other.words;
+    for (let i = 0; i < a.length; i++) {
+      const x = a[i]!;
+      const y = b[i]!;
+      if (x === y) continue;
+      const ge = (((x | HIGH_BITS) - y) & HIGH_BITS) >>> 7; // 1 in each byte where x >= y
+      const keepX = Math.imul(ge, 0xff);
+      a[i] = (x & keepX) | (y & ~keepX);
+    }
   }
 
   estimate(): number {
@@ -51,7 +70,7 @@ export class HyperLogLog {
     const r = this.registers;
     for (let i = 0; i < M; i++) {
       const v = r[i]!;
-      sum += 1 / 2 ** v;
+      sum += INVERSE_POWERS[v]!;
       if (v === 0) zeros++;
     }
     const raw = (ALPHA * M * M) / sum;

@@ -3,6 +3,7 @@ import { formatRate, type DayAggregate } from './day-aggregate.ts';
 import { daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { MAX_RANGE_DAYS, RECENT_RETURNED } from './limits.ts';
+import { NumberSet } from './number-table.ts';
 import type { AnalyticsState } from './state.ts';
 import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
 
@@ -105,14 +106,16 @@ function distinctUsers(days: DayAggregate[]): number {
   if (days.length === 0) return 0;
   if (days.length === 1) return days[0]!.users.size;
   if (days.every((d) => d.sketch === undefined)) {
-    const union = new Set<number>();
-    for (const d of days) for (const u of d.users) union.add(u);
+    const union = new NumberSet();
+    const add = (u: number) => void union.add(u);
+    for (const d of days) d.users.forEach(add);
     return union.size;
   }
   const merged = new HyperLogLog();
+  const add = (u: number) => merged.add(u);
   for (const d of days) {
     if (d.sketch) merged.merge(d.sketch);
-    else for (const u of d.users) merged.add(u);
+    else d.users.forEach(add);
   }
   return merged.estimate();
 }

@@ -1,5 +1,6 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { NumberCounts, NumberSet } from './number-table.ts';
 import type { RingEntry } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
@@ -46,13 +47,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
   for (const [id, p] of state.projects) {
     const days: DaySnapshot[] = [];
     for (const d of p.days.values()) {
-      const sessionKeys = new Float64Array(d.sessions.size);
-      const sessionPageviews = new Uint32Array(d.sessions.size);
-      let i = 0;
-      for (const [k, v] of d.sessions) {
-        sessionKeys[i] = k;
-        sessionPageviews[i++] = v;
-      }
+      const { keys: sessionKeys, values: sessionPageviews } = d.sessions.toArrays();
       days.push({
         day: d.day,
         pageviews: d.pageviews,
@@ -60,7 +55,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
         sessionsWithPageview: d.sessionsWithPageview,
         sessionKeys,
         sessionPageviews,
-        users: Float64Array.from(d.users),
+        users: d.users.toArray(),
         sources: [...d.sources.counts],
         countries: [...d.countries.counts],
         devices: [...d.devices.counts],
@@ -91,8 +86,8 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       d.pageviews = ds.pageviews;
       d.bounces = ds.bounces;
       d.sessionsWithPageview = ds.sessionsWithPageview;
-      for (let i = 0; i < ds.sessionKeys.length; i++) d.sessions.set(ds.sessionKeys[i]!, ds.sessionPageviews[i]!);
-      for (const u of ds.users) d.users.add(u);
+      d.sessions = NumberCounts.from(ds.sessionKeys, ds.sessionPageviews);
+      d.users = NumberSet.from(ds.users);
       // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
       if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
       for (const [k, v] of ds.sources) d.sources.counts.set(k, v);
