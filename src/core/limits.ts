@@ -43,6 +43,14 @@ export const MAX_PAST_MS = 31 * 24 * 3600 * 1000;
 export const MAX_FUTURE_MS = 5 * 60 * 1000;
 /** CONTRACT: how long an eventId is remembered for de-duplication. */
 export const DEDUP_WINDOW_MS = 48 * 3600 * 1000;
+/**
+ * The reducer forgets eventIds older than the window by the newest receive time it has folded, less this margin so a
+ * server clock stepped back by up to an hour still finds them. Without it a replay of 30 days keeps every id (10M
+ * events: ~1 GB of strings) until the first hourly prune.
+ */
+export const DEDUP_PRUNE_MARGIN_MS = 3600 * 1000;
+/** The reducer's eventId prune runs when the map has doubled since the last one (amortized O(1) per event). */
+export const DEDUP_PRUNE_MIN_SIZE = 65_536;
 
 /** CONTRACT: distinct keys per breakdown per project and day; the rest go under OTHER_KEY. */
 export const MAX_BREAKDOWN_KEYS = 1000;

@@ -1,6 +1,6 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMonthOf } from './dates.ts';
-import { DEDUP_WINDOW_MS, RECENT_RING_SIZE } from './limits.ts';
+import { DEDUP_PRUNE_MARGIN_MS, DEDUP_PRUNE_MIN_SIZE, DEDUP_WINDOW_MS, RECENT_RING_SIZE } from './limits.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
 
@@ -12,6 +12,8 @@ export class ProjectState {
   readonly bots = new Map<string, number>();
   /** eventId -> receive time; entries older than DEDUP_WINDOW_MS are pruned */
   readonly seenEventIds = new Map<string, number>();
+  /** size of seenEventIds at which the reducer next prunes it */
+  nextEventIdPrune = DEDUP_PRUNE_MIN_SIZE;
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
 
@@ -74,7 +76,10 @@ function applyEvent(p: ProjectState, e: StoredEvent): void {
     device: e.device,
     sessionId: e.sessionId,
   });
-  if (e.eventId !== undefined) p.seenEventIds.set(e.eventId, e.rt);
+  if (e.eventId !== undefined) {
+    p.seenEventIds.set(e.eventId, e.rt);
+    if (p.seenEventIds.size >= p.nextEventIdPrune) pruneProject(p, e.rt - DEDUP_PRUNE_MARGIN_MS);
+  }
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }
@@ -88,14 +93,23 @@ export function isDuplicate(state: AnalyticsState, projectId: string, eventId: s
 /** Forgets eventIds older than the window (keeps memory bounded by 48 h of ids). */
 export function pruneSeenEventIds(state: AnalyticsState, now: number): number {
   let removed = 0;
-  for (const p of state.projects.values()) {
-    for (const [id, rt] of p.seenEventIds) {
-      if (now - rt >= DEDUP_WINDOW_MS) {
-        p.seenEventIds.delete(id);
-        removed++;
-      }
+  for (const p of state.projects.values()) removed += pruneProject(p, now);
+  return removed;
+}
+
+/**
+ * Drops the project's eventIds that are expired at `now`. Only ids that can never be a duplicate again go, so what
+ * isDuplicate answers does not depend on when this ran; a snapshot and a full replay differ at most in dead entries.
+ */
+function pruneProject(p: ProjectState, now: number): number {
+  let removed = 0;
+  for (const [id, rt] of p.seenEventIds) {
+    if (now - rt >= DEDUP_WINDOW_MS) {
+      p.seenEventIds.delete(id);
+      removed++;
     }
   }
+  p.nextEventIdPrune = Math.max(DEDUP_PRUNE_MIN_SIZE, p.seenEventIds.size * 2);
   return removed;
 }
 
