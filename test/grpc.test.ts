@@ -198,6 +198,20 @@ describe('gRPC statuses', () => {
     assert.match(err.details, /events\[0\]\.page_context\.url/);
   });
 
+  test('a __proto__ key in event_params or page_context is refused with INVALID_ARGUMENT, as over HTTP', async () => {
+    const key = project.keys.secret;
+    const viaParams = await refusal(
+      client.ingest({ events: [{ event: 'signup', eventParams: { ['__proto__']: { kind: { case: 'boolValue', value: true } } } }] }, { key }),
+    );
+    assert.equal(viaParams.code, status.INVALID_ARGUMENT);
+    assert.match(viaParams.details, /events\[0\]\.event_params\.__proto__/);
+    const viaContext = await refusal(
+      client.ingest({ events: [{ event: 'signup', pageContext: JSON.parse('{"__proto__": {"polluted": true}}') as Record<string, never> }] }, { key }),
+    );
+    assert.equal(viaContext.code, status.INVALID_ARGUMENT);
+    assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  });
+
   test('an empty batch is refused with INVALID_ARGUMENT', async () => {
     const err = await refusal(client.ingest({ events: [] }, { key: project.keys.secret }));
     assert.equal(err.code, status.INVALID_ARGUMENT);

@@ -100,6 +100,7 @@ export function ingestStreamHandler(
 
     call.on('data', (bytes: Buffer) => {
       call.pause();
+      if (done) return; // ended (refused, shutting down) while a message was already on its way out of the buffer
       busy = true;
       handle(bytes).catch((err: unknown) => {
         onFault(err);
