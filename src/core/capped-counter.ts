@@ -21,6 +21,10 @@ export class CappedCounter {
 export function sortedBreakdown(counts: Map<string, number>): Record<string, number> {
   const entries = [...counts].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   const out: Record<string, number> = {};
-  for (const [k, v] of entries) out[k] = v;
+  for (const [k, v] of entries) {
+    // Assigning "__proto__" on a plain object would set its prototype and drop the key; define it instead.
+    if (k === '__proto__') Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    else out[k] = v;
+  }
   return out;
 }

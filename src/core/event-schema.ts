@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isValidDate } from './dates.ts';
 import {
   MAX_COUNTRY,
   MAX_DEVICE,
@@ -43,10 +44,22 @@ const lineItem = z.looseObject({
   'item fields must be scalars',
 );
 
-const timestamp = z.union([
-  z.number().int('must be an integer number of milliseconds').nonnegative(),
-  z.string().regex(ISO_8601, 'must be ms since epoch or an ISO-8601 date-time').refine((s) => Number.isFinite(Date.parse(s)), 'not a real date-time'),
-]);
+/** ms since epoch, or an ISO-8601 date-time whose calendar date is real (no 2026-11-31 rolling into December). */
+const timestamp = z
+  .union([z.number(), z.string()], { error: 'must be ms since epoch or an ISO-8601 date-time' })
+  .superRefine((t, ctx) => {
+    const problem =
+      typeof t === 'number'
+        ? Number.isInteger(t) && t >= 0
+          ? undefined
+          : 'must be a non-negative integer number of milliseconds'
+        : !ISO_8601.test(t)
+          ? 'must be ms since epoch or an ISO-8601 date-time'
+          : !isValidDate(t.slice(0, 10)) || !Number.isFinite(Date.parse(t))
+            ? 'not a real date-time'
+            : undefined;
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
 
 export const KNOWN_FIELDS = [
   'projectId', 'sessionId', 'userId', 'url', 'referrer', 'country', 'device', 'event',

@@ -79,12 +79,9 @@ function normalizeCountry(c: string | undefined): string | undefined {
 /** URL path without query or fragment: pages are counted by path. */
 export function urlPath(url: string): string {
   if (url === '') return '';
-  if (url.startsWith('/')) {
-    const cut = url.search(/[?#]/);
-    return cut === -1 ? url : url.slice(0, cut);
-  }
   try {
-    return new URL(url).pathname;
+    // Bare paths go through the same parser as absolute URLs, so /café and https://x/café are one page (/caf%C3%A9).
+    return new URL(url, 'http://path.invalid').pathname;
   } catch {
     return '';
   }
