@@ -247,12 +247,9 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- reads
 
   metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse> {
-    const who = this.authenticate(meta);
-    if (!who.ok) return who;
-    const { key } = who.value;
-    const limited = this.rateLimit(who.value, meta);
-    if (!limited.ok) return limited;
-    const rate = limited.value;
+    const admitted = this.admit(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
@@ -357,15 +354,23 @@ export class Engine implements AnalyticsEngine {
     return { limit: burst, remaining: burst, resetSeconds: 0 };
   }
 
-  /** The gate of POST /analytics: a project key, within its limits, from an allowed origin. */
-  private admitIngest(meta: RequestMeta): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
+  /**
+   * Every gate starts here: a known key, within its limits. Limiting comes before judging scope, so a refused
+   * request still costs a token and carries the RateLimit-* headers.
+   */
+  private admit(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
     const who = this.authenticate(meta);
     if (!who.ok) return who;
-    const { key } = who.value;
-    // Limit before judging scope, so a refused request still costs a token and carries the RateLimit-* headers.
     const limited = this.rateLimit(who.value, meta);
     if (!limited.ok) return limited;
-    const rate = limited.value;
+    return { ok: true, value: { who: who.value, rate: limited.value } };
+  }
+
+  /** The gate of POST /analytics: a project key, within its limits, from an allowed origin. */
+  private admitIngest(meta: RequestMeta): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
+    const admitted = this.admit(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
     if (key.kind === 'admin' || key.projectId === undefined) {
       return fail('forbidden', 'admin keys cannot ingest; use the project\'s sk_ or pk_ key', {}, rate);
     }
@@ -378,19 +383,16 @@ export class Engine implements AnalyticsEngine {
 
   /** The gate of GET and POST /projects: an admin or secret key, within its limits, from an allowed origin. */
   private admitManage(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
-    const who = this.authenticate(meta);
-    if (!who.ok) return who;
-    const { key } = who.value;
-    const limited = this.rateLimit(who.value, meta);
-    if (!limited.ok) return limited;
-    const rate = limited.value;
+    const admitted = this.admit(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest', {}, rate);
     const own = key.projectId === undefined ? undefined : this.projects.get(key.projectId);
     if (own) {
       const scope = this.checkOrigin(own, key, meta, rate);
       if (scope) return scope;
     }
-    return { ok: true, value: { who: who.value, rate } };
+    return admitted;
   }
 
   /**
