@@ -18,9 +18,21 @@ function formatterFor(timeZone: string): Intl.DateTimeFormat {
   return f;
 }
 
-/** The calendar day of instant `ms` in `timeZone`. */
+/** The UTC day dayOf formatted last, as [start, end) in ms: a batch's events and the log's records share a few days. */
+let utcDayStart = 0;
+let utcDayEnd = -1;
+let utcDayKey = '';
+
+/** The calendar day of instant `ms` in `timeZone`. UTC days are cached: formatting a Date per event cost ~0.5 µs. */
 export function dayOf(ms: number, timeZone: string): string {
-  if (timeZone === 'UTC') return new Date(ms).toISOString().slice(0, 10);
+  if (timeZone === 'UTC') {
+    if (ms >= utcDayStart && ms < utcDayEnd) return utcDayKey;
+    const key = new Date(ms).toISOString().slice(0, 10);
+    utcDayStart = Math.floor(ms / DAY_MS) * DAY_MS;
+    utcDayEnd = utcDayStart + DAY_MS;
+    utcDayKey = key;
+    return key;
+  }
   return formatterFor(timeZone).format(ms);
 }
 
