@@ -47,6 +47,8 @@ export interface IngestResults {
   lmdbSingle: TargetResult;
   serviceSingle: TargetResult;
   serviceSingleNoUa: TargetResult;
+  /** the same service with ANALYTICS_DURABILITY=commit: what single-event ingest does when no fsync is awaited */
+  serviceSingleCommit: TargetResult;
   bareBatch: TargetResult;
   serviceBatch: TargetResult;
   rawPuts: TargetResult;
@@ -72,15 +74,16 @@ function httpTarget(worker: BenchChild, name: string, spec: Omit<LoadSpec, 'dura
   };
 }
 
-export async function runIngest(tmp: string, p: IngestParams, progress: Progress): Promise<IngestResults> {
+async function startBenchService(dir: string, durability: 'flush' | 'commit') {
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
   const config = loadConfig({
     PORT: '0',
     GRPC_PORT: '0',
     HOST: '127.0.0.1',
-    ANALYTICS_DATA_DIR: path.join(tmp, 'service'),
+    ANALYTICS_DATA_DIR: dir,
     ANALYTICS_ADMIN_KEY: adminKey,
     ANALYTICS_QUIET: '1',
+    ANALYTICS_DURABILITY: durability,
     // the benches measure the write path, not the default 1,000 requests/s per key bucket
     ANALYTICS_RATE_PER_KEY: '1000000000',
     ANALYTICS_BURST_PER_KEY: '1000000000',
@@ -91,8 +94,12 @@ export async function runIngest(tmp: string, p: IngestParams, progress: Progress
     { name: 'bench', allowed_origins: [], allowed_referrers: [], monthly_quota: 0 },
   );
   if (!created.ok) throw new Error(`createProject: ${created.error.message}`);
-  const { secret } = created.value.keys;
-  const projectId = created.value.project.id;
+  return { service, secret: created.value.keys.secret, projectId: created.value.project.id };
+}
+
+export async function runIngest(tmp: string, p: IngestParams, progress: Progress): Promise<IngestResults> {
+  const { service, secret, projectId } = await startBenchService(path.join(tmp, 'service'), 'flush');
+  const commitMode = await startBenchService(path.join(tmp, 'service-commit'), 'commit');
 
   const bare: FloorServer = await startBareServer();
   const lmdb: FloorServer = await startLmdbServer(tmp);
@@ -113,6 +120,12 @@ export async function runIngest(tmp: string, p: IngestParams, progress: Progress
     httpTarget(worker, 'lmdbSingle', post(lmdb.origin, json, singles), 1),
     httpTarget(worker, 'serviceSingle', post(service.url, ua, singles), 1),
     httpTarget(worker, 'serviceSingleNoUa', post(service.url, auth, singles), 1),
+    httpTarget(
+      worker,
+      'serviceSingleCommit',
+      post(commitMode.service.url, { ...ua, authorization: `Bearer ${commitMode.secret}` }, singles),
+      1,
+    ),
     httpTarget(worker, 'bareBatch', post(bare.origin, json, batches), BATCH_SIZE),
     httpTarget(worker, 'serviceBatch', post(service.url, ua, batches), BATCH_SIZE),
     {
@@ -206,6 +219,7 @@ export async function runIngest(tmp: string, p: IngestParams, progress: Progress
       lmdbSingle: summary('lmdbSingle'),
       serviceSingle,
       serviceSingleNoUa: summary('serviceSingleNoUa'),
+      serviceSingleCommit: summary('serviceSingleCommit'),
       bareBatch: summary('bareBatch'),
       serviceBatch: summary('serviceBatch'),
       rawPuts: summary('rawPuts'),
@@ -224,5 +238,6 @@ export async function runIngest(tmp: string, p: IngestParams, progress: Progress
     await lmdb.close();
     await rawDb.close();
     await service.stop();
+    await commitMode.service.stop();
   }
 }

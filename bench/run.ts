@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { cpus, tmpdir, totalmem } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type { PipelineResult } from './pipeline.ts';
 import { runIngest, BATCH_SIZE, CONNECTIONS, type IngestResults } from './ingest.ts';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median } from './lib/latency.ts';
@@ -19,14 +20,16 @@ const quick = process.argv.includes('--quick');
 
 const PARAMS = quick
   ? {
-      ingest: { warmupMs: 700, roundMs: 1500, rounds: 3, openLoopShare: 0.5 },
+      ingest: { warmupMs: 500, roundMs: 1200, rounds: 3, openLoopShare: 0.5 },
       state: { events: 1_000_000, days: 30, metricsIterations: 200, httpMetricsMs: 1500 },
       enrichIterations: 20_000,
+      pipelineBatches: 300,
     }
   : {
       ingest: { warmupMs: 3000, roundMs: 5000, rounds: 5, openLoopShare: 0.5 },
       state: { events: 10_000_000, days: 30, metricsIterations: 1000, httpMetricsMs: 5000 },
       enrichIterations: 200_000,
+      pipelineBatches: 3000,
     };
 
 interface EnrichFigures {
@@ -64,6 +67,9 @@ async function main(): Promise<void> {
       }
     } else notes.push('bench/enrich.ts is missing: the enrichment micro-bench row is skipped');
 
+    progress.show('engine steps per event, in-process (bench/pipeline.ts)');
+    const pipeline = await runModule<PipelineResult>(path.join(REPO_ROOT, 'bench/pipeline.ts'), 'benchPipeline', [PARAMS.pipelineBatches]);
+
     progress.next('tracker build (gzip size)');
     let trackerGzip: number | undefined;
     const trackerFile = path.join(REPO_ROOT, 'src/tracker/build.ts');
@@ -76,7 +82,7 @@ async function main(): Promise<void> {
     progress.next('writing results');
 
     if ('skipped' in ingest.grpc) notes.push(`gRPC rows skipped: ${ingest.grpc.skipped}`);
-    const rows = buildRows(ingest, state, enrich, trackerGzip);
+    const rows = buildRows(ingest, state, enrich, trackerGzip, pipeline);
     for (const r of [ingest.serviceSingle, ingest.serviceSingleNoUa, ingest.serviceBatch, ingest.lmdbSingle, ingest.bareSingle]) {
       if (r.errors) notes.push(`${r.name}: some answers were not 200, e.g. ${r.errors}`);
     }
@@ -98,7 +104,7 @@ async function main(): Promise<void> {
       params: PARAMS,
       rows,
       notes,
-      raw: { ingest, state, enrich, trackerGzip },
+      raw: { ingest, state, enrich, trackerGzip, pipeline },
     };
     writeFileSync(path.join(out, 'latest.json'), `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(`\nwritten to bench/results/latest.json\n`);
@@ -113,7 +119,13 @@ const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(0)} %` : '
 const ms = (x: number) => `${x.toFixed(x < 1 ? 3 : 2)} ms`;
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 
-function buildRows(ingest: IngestResults, state: StateResults, enrich: EnrichFigures | undefined, trackerGzip: number | undefined): Row[] {
+function buildRows(
+  ingest: IngestResults,
+  state: StateResults,
+  enrich: EnrichFigures | undefined,
+  trackerGzip: number | undefined,
+  pipeline: PipelineResult,
+): Row[] {
   const rows: Row[] = [];
   // Ratios are the median of per-round ratios: both sides of each ratio ran seconds apart under the same noise.
   const ratio = (a: { rounds: number[] }, b: { rounds: number[] }) =>
@@ -142,6 +154,15 @@ function buildRows(ingest: IngestResults, state: StateResults, enrich: EnrichFig
     goal: '≥ 50 %',
     met: ratio(ingest.serviceSingle, ingest.bareSingle) >= 0.5,
   });
+  const commit = ingest.serviceSingleCommit.eventsPerSec;
+  rows.push({
+    id: 'http.single.commit',
+    what: 'HTTP single-event ingest, ANALYTICS_DURABILITY=commit (no fsync awaited)',
+    value: `${fmt(commit)} ev/s`,
+    num: commit,
+    ratio: ratio(ingest.serviceSingleCommit, ingest.bareSingle),
+    ref: 'bare',
+  });
   rows.push({
     id: 'http.single.vsLmdb',
     what: 'HTTP single-event ingest vs the durable (lmdb + flush) floor',
@@ -165,6 +186,12 @@ function buildRows(ingest: IngestResults, state: StateResults, enrich: EnrichFig
   }
   rows.push({ id: 'http.batch', what: `HTTP batch ingest, ${BATCH_SIZE} events/request, ${CONNECTIONS} conns`, value: `${fmt(batch)} ev/s`, num: batch, ratio: ratio(ingest.serviceBatch, ingest.rawPuts), ref: 'raw puts', goal: '≥ 60 %', met: ratio(ingest.serviceBatch, ingest.rawPuts) >= 0.6 });
   rows.push({ id: 'http.batch.vsBare', what: 'HTTP batch ingest vs bare node:http with the same batches', value: `${fmt(batch)} ev/s`, num: batch, ratio: ratio(ingest.serviceBatch, ingest.bareBatch), ref: 'bare batch' });
+  rows.push({
+    id: 'engine.pipeline',
+    what: `Engine steps per event in-process (guard, validate, source, normalize, fold): ${pipeline.totalUsPerEvent.toFixed(2)} µs, one-core ceiling`,
+    value: `${fmt(pipeline.ceilingEventsPerSec)} ev/s`,
+    num: pipeline.ceilingEventsPerSec,
+  });
   if (!('skipped' in ingest.grpc)) {
     const u = ingest.grpc.unary.eventsPerSec;
     const s = ingest.grpc.stream.eventsPerSec;
