@@ -202,7 +202,10 @@ export async function runIngest(tmp: string, p: IngestParams, progress: Progress
     // Fixed-rate latency: half the saturation throughput, scheduled sends, latency from the intended send time.
     let openLoop: IngestResults['openLoop'];
     if (serviceSingle.eventsPerSec > 0) {
-      const rate = Math.max(100, Math.round(serviceSingle.eventsPerSec * p.openLoopShare));
+      // Half of what the service sustained lately: the median, or the last round if the machine has since got busier
+      // (a fixed rate above capacity measures a queue that grows for the whole run, not the service's latency).
+      const last = serviceSingle.rounds[serviceSingle.rounds.length - 1] ?? serviceSingle.eventsPerSec;
+      const rate = Math.max(100, Math.round(Math.min(serviceSingle.eventsPerSec, last) * p.openLoopShare));
       progress.show(`fixed-rate latency: ${rate} events/s for ${(p.roundMs * 2) / 1000}s`);
       const result = await worker.call<LoadResult>('open', { ...post(service.url, ua, singles), durationMs: p.roundMs * 2, rate });
       progress.show(`fixed-rate latency: the lmdb floor at the same ${rate} events/s`);
