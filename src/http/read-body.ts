@@ -26,7 +26,7 @@ export function readBody(req: IncomingMessage): Promise<BodyResult> {
       chunks.push(chunk);
     };
     req.on('data', onData);
-    req.once('end', () => resolve({ ok: true, text: Buffer.concat(chunks, size).toString('utf8') }));
+    req.once('end', () => resolve({ ok: true, text: (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)).toString('utf8') }));
     // 'error' (aborted) or 'close' before 'end': the promise settles either way, so no handler waits forever.
     const gone = () => resolve({ ok: false, reason: 'aborted', message: 'the client closed the connection before the body ended' });
     req.once('error', gone);
