@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import type { MetricsResponse } from '../src/core/types.ts';
 import { buildTracker } from '../src/tracker/build.ts';
+import { closeServer, type Exchange, listen, type Proxy, startProxy } from './forwarding-proxy.ts';
 import { api, type CreatedProject, createProject, startTestService, type TestService } from './helpers.ts';
 
 /**
@@ -30,23 +30,14 @@ const POLL_MS = 50;
 const SESSION_KEY = '_a_sid';
 const SESSION_IDLE_MS = 30 * 60 * 1000;
 
-interface Exchange {
-  method: string;
-  path: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-  status: number;
-  responseHeaders: http.IncomingHttpHeaders;
-}
-
 let service: TestService;
 let browser: Browser;
-let proxy: { origin: string; log: Exchange[]; close(): Promise<void> };
+let proxy: Proxy;
 let site: { origin: string; pages: Map<string, string>; close(): Promise<void> };
 
 before(async () => {
   service = await startTestService();
-  proxy = await startRecordingProxy(service.url);
+  proxy = await startProxy(service.url);
   site = await startSite();
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 });
@@ -67,47 +58,7 @@ async function startSite(): Promise<typeof site> {
     res.writeHead(html === undefined ? 404 : 200, { 'Content-Type': 'text/html; charset=utf-8' }).end(html ?? 'not found');
   });
   const origin = await listen(server);
-  return { origin, pages, close: () => close(server) };
-}
-
-/** Forwards everything to the service unchanged and keeps a log of what went by. */
-async function startRecordingProxy(target: string): Promise<typeof proxy> {
-  const upstream = new URL(target);
-  const log: Exchange[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const out = http.request(
-        { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: { ...req.headers, host: upstream.host } },
-        (answer) => {
-          const back: Buffer[] = [];
-          answer.on('data', (c: Buffer) => back.push(c));
-          answer.on('end', () => {
-            log.push({
-              method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: body.toString(),
-              status: answer.statusCode ?? 0, responseHeaders: answer.headers,
-            });
-            res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(back));
-          });
-        },
-      );
-      out.on('error', () => res.writeHead(502).end());
-      out.end(body);
-    });
-  });
-  const origin = await listen(server);
-  return { origin, log, close: () => close(server) };
-}
-
-function listen(server: http.Server): Promise<string> {
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)));
-}
-
-function close(server: http.Server): Promise<void> {
-  server.closeAllConnections();
-  return new Promise((resolve) => server.close(() => resolve()));
+  return { origin, pages, close: () => closeServer(server) };
 }
 
 /** The documented queue stub, so calls made before the deferred script runs are kept. */

@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { type ClientOptions, createClient, type DeliveryError } from '../src/client/index.ts';
 import type { MetricsResponse } from '../src/core/types.ts';
+import { startProxy } from './forwarding-proxy.ts';
 import { api, type CreatedProject, createProject, startTestService, type TestService } from './helpers.ts';
 
 /**
@@ -20,7 +19,7 @@ type Fault =
   /** close the connection without an answer (a network error for the client) */
   | { kind: 'reset' };
 
-interface Proxy {
+interface FaultyProxy {
   endpoint: string;
   /** faults to apply, in order, to the next POSTs; then everything passes */
   faults: Fault[];
@@ -30,7 +29,7 @@ interface Proxy {
 }
 
 let service: TestService;
-let proxy: Proxy;
+let proxy: FaultyProxy;
 
 before(async () => {
   service = await startTestService();
@@ -42,43 +41,23 @@ after(async () => {
   await service?.destroy();
 });
 
-async function startFaultyProxy(target: string): Promise<Proxy> {
-  const upstream = new URL(target);
-  const state: Proxy = { endpoint: '', faults: [], bodies: [], close: async () => {} };
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      state.bodies.push(JSON.parse(body.toString()));
-      const fault = state.faults.shift();
-      if (fault?.kind === 'reset') return req.socket.destroy();
-      if (fault?.kind === 'status') {
-        const headers: Record<string, string> = { 'Content-Type': 'application/json' };
-        if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
-        return res.writeHead(fault.status, headers).end('{"ok":false,"error":{"code":"unavailable","message":"injected"}}');
-      }
-      const out = http.request(
-        { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: { ...req.headers, host: upstream.host } },
-        (answer) => {
-          const back: Buffer[] = [];
-          answer.on('data', (c: Buffer) => back.push(c));
-          answer.on('end', () => {
-            if (fault?.kind === 'commit-then-fail') return res.writeHead(503).end();
-            res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(back));
-          });
-        },
-      );
-      out.on('error', () => res.writeHead(502).end());
-      out.end(body);
-    });
+async function startFaultyProxy(target: string): Promise<FaultyProxy> {
+  const state: FaultyProxy = { endpoint: '', faults: [], bodies: [], close: async () => {} };
+  const proxy = await startProxy(target, async (req, res, body, forward) => {
+    state.bodies.push(JSON.parse(body.toString()));
+    const fault = state.faults.shift();
+    if (fault?.kind === 'reset') return void req.socket.destroy();
+    if (fault?.kind === 'status') {
+      const headers: Record<string, string> = { 'Content-Type': 'application/json' };
+      if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
+      return void res.writeHead(fault.status, headers).end('{"ok":false,"error":{"code":"unavailable","message":"injected"}}');
+    }
+    const answer = await forward();
+    if (fault?.kind === 'commit-then-fail') return void res.writeHead(503).end();
+    res.writeHead(answer.status, answer.headers).end(answer.body);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  state.endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}/analytics`;
-  state.close = () => {
-    server.closeAllConnections();
-    return new Promise((resolve) => server.close(() => resolve()));
-  };
+  state.endpoint = `${proxy.origin}/analytics`;
+  state.close = proxy.close;
   return state;
 }
 
