@@ -82,8 +82,3 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     quiet: e.ANALYTICS_QUIET,
   });
 }
-
-/** Defaults for programmatic use (tests, benches): the same schema, no environment. */
-export function configFrom(overrides: Record<string, string | undefined>): Readonly<Config> {
-  return loadConfig(overrides);
-}

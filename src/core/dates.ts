@@ -3,7 +3,7 @@
  * midnights, so DST never makes a day disappear or repeat: a 23- or 25-hour day is still one key.
  */
 
-const DAY_MS = 86_400_000;
+export const DAY_MS = 86_400_000;
 const DATE_RE = /^(\d{4})-(\d{2})-(\d{2})$/;
 
 const formatters = new Map<string, Intl.DateTimeFormat>();
@@ -54,7 +54,8 @@ export function isValidDate(s: string): boolean {
   return Number.isFinite(t) && new Date(t).toISOString().slice(0, 10) === s;
 }
 
-function utcMidnight(day: string): number {
+/** The instant a 'YYYY-MM-DD' day begins in UTC. */
+export function utcMidnight(day: string): number {
   return Date.parse(`${day}T00:00:00Z`);
 }
 

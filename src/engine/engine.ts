@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../config.ts';
-import { dayOf } from '../core/dates.ts';
+import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
 import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
@@ -17,6 +17,7 @@ import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
 import { Snapshotter } from './snapshotter.ts';
+import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
   AnalyticsEngine,
   CreatedProject,
@@ -51,14 +52,6 @@ export interface EngineOptions {
   /** the clock; injected so tests can move time */
   now?: () => number;
   log?: (line: string) => void;
-}
-
-type Fail = { ok: false; error: EngineError; rate?: RateInfo };
-
-function fail(code: EngineError['code'], message: string, extra: Partial<EngineError> = {}, rate?: RateInfo): Fail {
-  const out: Fail = { ok: false, error: { code, message, ...extra } };
-  if (rate) out.rate = rate;
-  return out;
 }
 
 /**
@@ -132,6 +125,11 @@ export class Engine implements AnalyticsEngine {
     const now = this.now();
     const client: ClientFacts = { ip: meta.ip, userAgent: meta.userAgent };
     const facts = this.enricher.classify(client);
+    // Facts of the request, not of an event: worked out once per batch.
+    const botDay = facts.bot ? dayOf(now, project.timezone) : '';
+    const context: Record<string, string> = {};
+    if (facts.browser) context.browser = facts.browser;
+    if (facts.os) context.os = facts.os;
     const details: ErrorDetail[] = [];
     const records: LogRecord[] = [];
     const batchIds = new Set<string>();
@@ -160,14 +158,11 @@ export class Engine implements AnalyticsEngine {
         return fail('forbidden', `event ${index} names project "${input.projectId}", but the key belongs to another project`, {}, rate);
       }
       if (facts.bot) {
-        records.push({ t: 'b', p: project.id, day: dayOf(now, project.timezone), rt: now });
+        records.push({ t: 'b', p: project.id, day: botDay, rt: now });
         continue;
       }
       const { source, referrer } = classifySource(input.referrer ?? '', input.url ?? '');
       const sessionId = input.sessionId ?? this.enricher.anonymousSessionId(project.id, client, now);
-      const context: Record<string, string> = {};
-      if (facts.browser) context.browser = facts.browser;
-      if (facts.os) context.os = facts.os;
       const normalized = normalizeEvent(input, {
         projectId: project.id,
         timezone: project.timezone,
@@ -202,8 +197,7 @@ export class Engine implements AnalyticsEngine {
     if (quota > 0 && stored > 0) {
       const used = storedThisMonth(this.state, project.id, now) + (this.pendingCounts.get(project.id) ?? 0);
       if (used + stored > quota) {
-        const next = new Date(now);
-        const reset = Date.UTC(next.getUTCFullYear(), next.getUTCMonth() + 1, 1);
+        const reset = nextUtcMonthStart(now);
         return fail('quota_exceeded', `the monthly allowance of ${quota} events is used up (${used} stored this month)`, {
           retryAfterSeconds: Math.max(1, Math.ceil((reset - now) / 1000)),
         }, rate);

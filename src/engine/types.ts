@@ -42,9 +42,18 @@ export interface RateInfo {
   resetSeconds: number;
 }
 
+/** A refused outcome; `rate` rides along so refusals still carry the RateLimit-* headers. */
+export type Failure = { ok: false; error: EngineError; rate?: RateInfo };
+
+export function failure(code: ErrorCode, message: string, extra: Partial<EngineError> = {}, rate?: RateInfo): Failure {
+  const out: Failure = { ok: false, error: { code, message, ...extra } };
+  if (rate) out.rate = rate;
+  return out;
+}
+
 export type Outcome<T> =
   | { ok: true; value: T; rate?: RateInfo }
-  | { ok: false; error: EngineError; rate?: RateInfo };
+  | Failure;
 
 /** Facts about one request that the rules need; the faces fill them from headers or gRPC metadata. */
 export interface RequestMeta {
@@ -102,6 +111,6 @@ export interface AnalyticsEngine {
    * For a body the face could not even parse (wrong type, too large, not JSON): runs the endpoint's gate (key,
    * rate limit, scope) and answers `error` only if the gate passes, so precedence and RateLimit-* match the rest.
    */
-  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): { ok: false; error: EngineError; rate?: RateInfo };
+  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Failure;
   health(): HealthView;
 }

@@ -1,4 +1,5 @@
 import { createHmac, randomBytes } from 'node:crypto';
+import { DAY_MS, dayOf, isValidDate, utcMidnight } from '../core/dates.ts';
 import type { DailySalt, SaltStore } from './types.ts';
 
 /**
@@ -17,18 +18,9 @@ export const SALT_RETENTION_MS = 48 * 60 * 60 * 1000;
 /** 128 bits: distinct visitors of a project-day never collide in practice (birthday bound ~2^64), 22 chars in the log */
 export const SESSION_ID_BYTES = 16;
 
-const DAY_MS = 24 * 60 * 60 * 1000;
-const DAY_FORMAT = /^\d{4}-\d{2}-\d{2}$/;
 const KEY_FORMAT = new RegExp(`^[0-9a-f]{${SALT_BYTES * 2}}$`);
 
-/** UTC calendar day of a ms timestamp, YYYY-MM-DD */
-export function utcDay(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 10);
-}
-
-function dayStartMs(day: string): number {
-  return Date.parse(`${day}T00:00:00.000Z`);
-}
+const utcDay = (ms: number): string => dayOf(ms, 'UTC');
 
 export class DailySalts {
   readonly #store: SaltStore;
@@ -51,7 +43,7 @@ export class DailySalts {
   async load(): Promise<void> {
     const stored = await this.#store.load();
     for (const { day, key } of stored) {
-      if (DAY_FORMAT.test(day) && Number.isFinite(dayStartMs(day)) && KEY_FORMAT.test(key)) {
+      if (isValidDate(day) && KEY_FORMAT.test(key)) {
         this.#salts.set(day, Buffer.from(key, 'hex'));
       } else {
         this.#version++;
@@ -91,7 +83,7 @@ export class DailySalts {
     const day = utcDay(now);
     const key = this.#ensure(day);
     this.#prune(now);
-    this.#dayStart = dayStartMs(day);
+    this.#dayStart = utcMidnight(day);
     this.#dayEnd = this.#dayStart + DAY_MS;
     this.#dayKey = key;
     if (this.#version !== this.#saved) this.#persist().catch(() => undefined);
@@ -110,7 +102,7 @@ export class DailySalts {
 
   #prune(now: number): void {
     for (const day of [...this.#salts.keys()]) {
-      if (dayStartMs(day) + SALT_RETENTION_MS <= now) {
+      if (utcMidnight(day) + SALT_RETENTION_MS <= now) {
         this.#salts.get(day)?.fill(0); // best effort: the discarded key does not linger in this process's memory
         this.#salts.delete(day);
         this.#version++;

@@ -7,7 +7,7 @@ import type {
   Item,
   ParamValue,
 } from '../gen/analytics/v1/analytics_pb.ts';
-import type { EngineError, MetricsQuery } from '../engine/types.ts';
+import { failure, type Failure, type MetricsQuery } from '../engine/types.ts';
 import { EVENT_JSON_FIELDS, ITEM_JSON_FIELDS } from './event-fields.ts';
 import type { WireDetail } from './status.ts';
 
@@ -20,7 +20,7 @@ import type { WireDetail } from './status.ts';
  * that collides with a typed field); they read like the engine's own, with index and field.
  */
 
-export type Converted<T> = { ok: true; value: T } | { ok: false; error: EngineError };
+export type Converted<T> = { ok: true; value: T } | Failure;
 
 type Plain = Record<string, unknown>;
 
@@ -42,10 +42,7 @@ export function decode<S extends DescMessage>(schema: S, bytes: Uint8Array): Con
     return { ok: true, value: fromBinary(schema, bytes) };
   } catch (err) {
     const reason = err instanceof Error ? err.message : 'undecodable';
-    return {
-      ok: false,
-      error: { code: 'invalid_request', message: `request is not a valid ${schema.typeName} message (${reason})` },
-    };
+    return failure('invalid_request', `request is not a valid ${schema.typeName} message (${reason})`);
   }
 }
 
@@ -161,10 +158,7 @@ export function eventsToPlain(events: readonly Event[]): Converted<Plain[]> {
     return { ok: true, value: events.map(event) };
   } catch (err) {
     if (!(err instanceof WireError)) throw err;
-    return {
-      ok: false,
-      error: { code: 'invalid_event', message: 'invalid event in batch', details: [err.detail] },
-    };
+    return failure('invalid_event', 'invalid event in batch', { details: [err.detail] });
   }
 }
 

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
-import type { AnalyticsEngine, EngineError, ErrorCode, Outcome, RateInfo, RequestMeta } from '../engine/types.ts';
+import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
 import { buildTracker } from '../tracker/build.ts';
 import { readBody } from './read-body.ts';
 
@@ -128,17 +128,17 @@ export class HttpFace {
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       const route = this.routes[url.pathname];
-      if (!route) return this.send(res, fail('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
+      if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
         res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
-        return this.send(res, fail('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
+        return this.send(res, failure('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
       }
       await handler(req, res, url);
     } catch (err) {
       // Faults never leak internals; the message is for operators, in the log.
       console.error('internal error:', err);
-      if (!res.headersSent) this.send(res, fail('internal', 'internal error'));
+      if (!res.headersSent) this.send(res, failure('internal', 'internal error'));
       else res.destroy();
     }
   }
@@ -164,7 +164,7 @@ export class HttpFace {
     if (Array.isArray(value)) events = value;
     else if (isObject(value) && 'events' in value && !('event' in value)) {
       if (!Array.isArray(value.events)) {
-        return this.refuse(req, res, meta, 'ingest', { ok: false, error: { code: 'invalid_request', message: '`events` must be an array of events' } });
+        return this.refuse(req, res, meta, 'ingest', failure('invalid_request', '`events` must be an array of events'));
       }
       events = value.events;
     } else events = [value];
@@ -210,7 +210,7 @@ export class HttpFace {
   private async script(req: IncomingMessage, res: ServerResponse, pinnedHash: string | undefined): Promise<void> {
     const build = await buildTracker();
     if (pinnedHash !== undefined && pinnedHash !== build.hash) {
-      return this.send(res, fail('not_found', `no script version ${pinnedHash}; the current one is /script.${build.hash}.js`));
+      return this.send(res, failure('not_found', `no script version ${pinnedHash}; the current one is /script.${build.hash}.js`));
     }
     res.setHeader('ETag', `"${build.hash}"`);
     res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
@@ -243,7 +243,7 @@ export class HttpFace {
     }
     const body = await readBody(req);
     if (!body.ok) {
-      if (body.reason === 'aborted') return { ok: false, aborted: true, error: { code: 'invalid_request', message: body.message } };
+      if (body.reason === 'aborted') return { ...wireFail('invalid_request', body.message), aborted: true };
       return { ...wireFail('payload_too_large', body.message), tooLarge: true };
     }
     let text = body.text;
@@ -293,7 +293,7 @@ export class HttpFace {
     res.writeHead(204).end();
   }
 
-  private send(res: ServerResponse, out: { ok: false; error: EngineError; rate?: RateInfo }): void {
+  private send(res: ServerResponse, out: Failure): void {
     const { code, message, details, retryAfterSeconds } = out.error;
     if (retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(retryAfterSeconds));
     const error: Record<string, unknown> = { code, message };
@@ -317,9 +317,7 @@ export class HttpFace {
   }
 }
 
-interface JsonFailure {
-  ok: false;
-  error: EngineError;
+interface JsonFailure extends Failure {
   /** 413: the connection is closed after the answer */
   tooLarge?: boolean;
   /** the client went away before the body ended */
@@ -328,13 +326,7 @@ interface JsonFailure {
 type JsonBody = { ok: true; value: unknown } | JsonFailure;
 
 function wireFail(code: ErrorCode, message: string, details?: EngineError['details']): JsonFailure {
-  const error: EngineError = { code, message };
-  if (details) error.details = details;
-  return { ok: false, error };
-}
-
-function fail(code: ErrorCode, message: string, extra: Partial<EngineError> = {}): Extract<Outcome<never>, { ok: false }> {
-  return { ok: false, error: { code, message, ...extra } };
+  return failure(code, message, details ? { details } : {});
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
