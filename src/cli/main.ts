@@ -1,0 +1,31 @@
+import { Command, CommanderError } from 'commander';
+import { commands } from './commands/index.ts';
+import { EXIT_USAGE } from './exit-codes.ts';
+
+/**
+ * `analytics <command>`: a face like HTTP and gRPC. Each command lives in `commands/<name>.ts` and registers itself
+ * on the program; this file only wires them and maps a usage error to exit code 2.
+ */
+export function buildProgram(): Command {
+  const program = new Command('analytics')
+    .description('Cookie-free, privacy-first web analytics: serve, manage projects and keys, export, check.')
+    .showHelpAfterError()
+    .exitOverride();
+  for (const register of commands) register(program);
+  return program;
+}
+
+async function run(argv: string[]): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version end here with code 0; every other commander error is a usage error.
+      process.exit(err.exitCode === 0 ? 0 : EXIT_USAGE);
+    }
+    throw err;
+  }
+}
+
+await run(process.argv);
