@@ -11,8 +11,10 @@ const KEY_BYTES = 24;
 /** 12 bytes = 96 bits: ids are not secrets, only unique. */
 const ID_BYTES = 12;
 
-export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_' };
-const KEY_SHAPE = /^(ak|sk|pk)_[A-Za-z0-9_-]{22,128}$/;
+export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_', read: 'rk_' };
+const KEY_SHAPE = /^(ak|sk|pk|rk)_[A-Za-z0-9_-]{22,128}$/;
+/** Characters of a key shown at the end of its hint: enough to tell a project's keys apart, nothing to guess with. */
+const HINT_TAIL = 4;
 
 export function generateKey(kind: KeyKind): string {
   return KEY_PREFIX[kind] + randomBytes(KEY_BYTES).toString('base64url');
@@ -32,4 +34,14 @@ export function bearerKey(header: string | undefined): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!m || !KEY_SHAPE.test(m[1]!)) return undefined;
   return m[1];
+}
+
+/** `sk_…abcd`: the prefix and the last characters of a key. */
+export function keyHint(key: string): string {
+  return `${key.slice(0, 3)}…${key.slice(-HINT_TAIL)}`;
+}
+
+/** The public id of a key; keys stored before ids existed get one derived from their hash (not from the key). */
+export function keyIdOf(record: { id?: string }, hash: string): string {
+  return record.id ?? `key_${hash.slice(0, 16)}`;
 }

@@ -11,6 +11,8 @@ import type { SnapshotFiles } from '../store/snapshot-files.ts';
 export class Snapshotter {
   private lastSnapshotSeq: number;
   private writing: Promise<void> | undefined;
+  /** the next snapshot replaces every older file (state was dropped that older files still hold) */
+  purgePending = false;
 
   constructor(
     private readonly state: AnalyticsState,
@@ -30,11 +32,14 @@ export class Snapshotter {
     if (this.state.lastSeq !== this.lastSnapshotSeq) await this.snapshot();
   }
 
-  async snapshot(): Promise<void> {
+  /** `replaceAll`: delete every other snapshot file once this one is written (after an erasure). */
+  async snapshot(opts: { replaceAll?: boolean } = {}): Promise<void> {
     while (this.writing) await this.writing;
     const data = toSnapshot(this.state);
+    const replaceAll = opts.replaceAll === true || this.purgePending;
+    this.purgePending = false;
     this.writing = this.files
-      .write(data)
+      .write(data, { replaceAll })
       .then(() => {
         this.lastSnapshotSeq = data.lastSeq;
       })

@@ -5,8 +5,15 @@ import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
 import {
   AnalyticsService,
+  CreateKeyRequestSchema,
   CreateProjectRequestSchema,
+  DeleteProjectRequestSchema,
+  DeleteProjectResponseSchema,
   GetMetricsRequestSchema,
+  ListKeysRequestSchema,
+  RevokeKeyRequestSchema,
+  RevokeKeyResponseSchema,
+  UpdateProjectRequestSchema,
   IngestRequestSchema,
   IngestResponseSchema,
   ListProjectsRequestSchema,
@@ -19,8 +26,15 @@ import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
-import { createProjectBody, decode, eventsToPlain, metricsQuery } from './request-to-plain.ts';
-import { createdProjectMessage, metricsMessage, projectsMessage } from './response-messages.ts';
+import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, updateProjectBody } from './request-to-plain.ts';
+import {
+  createdKeyMessage,
+  createdProjectMessage,
+  keysMessage,
+  metricsMessage,
+  projectsMessage,
+  updatedProjectMessage,
+} from './response-messages.ts';
 import { serverDefinition } from './service-definition.ts';
 import { rateMetadata, toStatus } from './status.ts';
 
@@ -120,7 +134,8 @@ export async function startGrpcServer(
       engine,
       ListProjectsRequestSchema,
       'manage',
-      (_req, meta) => withValue(engine.listProjects(meta), projectsMessage),
+      (req, meta) =>
+        withValue(engine.listProjects(meta, { limit: req.limit === 0 ? undefined : req.limit, cursor: req.cursor === '' ? undefined : req.cursor }), projectsMessage),
       onFault,
     ),
     createProject: unary(
@@ -128,6 +143,35 @@ export async function startGrpcServer(
       CreateProjectRequestSchema,
       'manage',
       async (req, meta) => withValue(await engine.createProject(meta, createProjectBody(req)), createdProjectMessage),
+      onFault,
+    ),
+    updateProject: unary(
+      engine,
+      UpdateProjectRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.updateProject(meta, req.projectId, updateProjectBody(req)), updatedProjectMessage),
+      onFault,
+    ),
+    deleteProject: unary(
+      engine,
+      DeleteProjectRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.deleteProject(meta, req.projectId), () => create(DeleteProjectResponseSchema)),
+      onFault,
+    ),
+    listKeys: unary(engine, ListKeysRequestSchema, 'manage', (req, meta) => withValue(engine.listKeys(meta, req.projectId), keysMessage), onFault),
+    createKey: unary(
+      engine,
+      CreateKeyRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.createKey(meta, req.projectId, createKeyBody(req)), createdKeyMessage),
+      onFault,
+    ),
+    revokeKey: unary(
+      engine,
+      RevokeKeyRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.revokeKey(meta, req.projectId, req.keyId), () => create(RevokeKeyResponseSchema)),
       onFault,
     ),
   });

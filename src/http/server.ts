@@ -2,8 +2,18 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
-import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
+import {
+  failure,
+  type AnalyticsEngine,
+  type EngineError,
+  type ErrorCode,
+  type Failure,
+  type Outcome,
+  type RateInfo,
+  type RequestMeta,
+} from '../engine/types.ts';
 import { buildTracker } from '../tracker/build.ts';
+import { ListProjectsQuerySchema, NoQuerySchema, parseQuery } from './project-query.ts';
 import { readBody } from './read-body.ts';
 
 /**
@@ -41,7 +51,12 @@ export interface HttpOptions {
   connectionsCheckingIntervalMs?: number;
 }
 
-type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> | void;
+type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, params: string[]) => Promise<void> | void;
+
+/** Routes with path parameters (`{id}`, `{keyId}`: one path segment each), tried after the exact routes. */
+const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
+const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
+const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
 
 export function statusOf(code: ErrorCode): number {
   switch (code) {
@@ -57,6 +72,8 @@ export function statusOf(code: ErrorCode): number {
       return 404;
     case 'method_not_allowed':
       return 405;
+    case 'conflict':
+      return 409;
     case 'payload_too_large':
       return 413;
     case 'unsupported_media_type':
@@ -78,6 +95,7 @@ export function statusOf(code: ErrorCode): number {
 export class HttpFace {
   readonly server: Server;
   private readonly routes: Record<string, Record<string, Handler>>;
+  private readonly paramRoutes: Array<[RegExp, Record<string, Handler>]>;
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -86,10 +104,24 @@ export class HttpFace {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
       '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
-      '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
+      '/projects': { GET: (req, res, url) => this.listProjects(req, res, url), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
+    this.paramRoutes = [
+      [PROJECT_ROUTE, {
+        PATCH: (req, res, url, [id]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.updateProject(meta, id!, body)),
+        DELETE: (req, res, url, [id]) => this.manage(req, res, url, (meta) => this.engine.deleteProject(meta, id!)),
+      }],
+      [KEYS_ROUTE, {
+        GET: (req, res, url, [id]) => this.manage(req, res, url, (meta) => this.engine.listKeys(meta, id!)),
+        POST: (req, res, url, [id]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.createKey(meta, id!, body)),
+      }],
+      [KEY_ROUTE, {
+        PATCH: (req, res, url, [id, keyId]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
+        DELETE: (req, res, url, [id, keyId]) => this.manage(req, res, url, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
+      }],
+    ];
     this.server = createServer(
       {
         maxHeaderSize: MAX_HEADER_BYTES,
@@ -127,14 +159,25 @@ export class HttpFace {
       if (req.method === 'OPTIONS') return this.preflight(req, res);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
-      const route = this.routes[url.pathname];
+      let route = this.routes[url.pathname];
+      let params: string[] = [];
+      if (!route) {
+        for (const [pattern, handlers] of this.paramRoutes) {
+          const m = pattern.exec(url.pathname);
+          if (m) {
+            route = handlers;
+            params = m.slice(1).map(safeDecode);
+            break;
+          }
+        }
+      }
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
         res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
         return this.send(res, failure('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
       }
-      await handler(req, res, url);
+      await handler(req, res, url, params);
     } catch (err) {
       // Faults never leak internals; the message is for operators, in the log.
       console.error('internal error:', err);
@@ -186,8 +229,44 @@ export class HttpFace {
     return this.send(res, out);
   }
 
-  private listProjects(req: IncomingMessage, res: ServerResponse): void {
-    const out = this.engine.listProjects(this.meta(req));
+  private listProjects(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    const meta = this.meta(req);
+    const query = parseQuery(ListProjectsQuerySchema, url.searchParams);
+    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
+    const out = this.engine.listProjects(meta, query.value);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  /** A management call without a body: no query parameters, then the engine. */
+  private async manage(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    call: (meta: RequestMeta) => Outcome<unknown> | Promise<Outcome<unknown>>,
+  ): Promise<void> {
+    const meta = this.meta(req);
+    req.resume();
+    const query = parseQuery(NoQuerySchema, url.searchParams);
+    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
+    const out = await call(meta);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  /** A management call with a JSON body. */
+  private async manageWithBody(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>,
+  ): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req);
+    if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
+    const query = parseQuery(NoQuerySchema, url.searchParams);
+    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
+    const out = await call(meta, body.value);
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
@@ -285,10 +364,10 @@ export class HttpFace {
   }
 
   private preflight(req: IncomingMessage, res: ServerResponse): void {
-    res.setHeader('Access-Control-Allow-Methods', 'GET, POST, OPTIONS');
+    res.setHeader('Access-Control-Allow-Methods', 'GET, POST, PATCH, DELETE, OPTIONS');
     res.setHeader('Access-Control-Allow-Headers', 'Authorization, Content-Type');
     res.setHeader('Access-Control-Max-Age', String(PREFLIGHT_MAX_AGE_S));
-    res.setHeader('Allow', 'GET, POST, OPTIONS');
+    res.setHeader('Allow', 'GET, POST, PATCH, DELETE, OPTIONS');
     req.resume();
     res.writeHead(204).end();
   }
@@ -331,4 +410,12 @@ function wireFail(code: ErrorCode, message: string, details?: EngineError['detai
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }

@@ -25,7 +25,8 @@ export class SnapshotFiles {
     mkdirSync(this.dir, { recursive: true });
   }
 
-  async write(data: SnapshotData): Promise<string> {
+  /** `replaceAll` removes every other snapshot once this one is durable (they may hold erased data). */
+  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<string> {
     const body = serialize(data);
     const digest = createHash('sha256').update(body).digest();
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
@@ -44,7 +45,7 @@ export class SnapshotFiles {
     } finally {
       await dh.close();
     }
-    this.prune();
+    this.prune(opts.replaceAll === true ? path.basename(file) : undefined);
     return file;
   }
 
@@ -77,9 +78,10 @@ export class SnapshotFiles {
     return readdirSync(this.dir).filter((f) => NAME.test(f)).sort();
   }
 
-  private prune(): void {
+  private prune(only?: string): void {
     const all = this.files();
-    for (const f of all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT))) rmSync(path.join(this.dir, f), { force: true });
+    const drop = only !== undefined ? all.filter((f) => f !== only) : all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT));
+    for (const f of drop) rmSync(path.join(this.dir, f), { force: true });
     for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
 }
