@@ -18,6 +18,16 @@ export const ListProjectsQuerySchema = z.strictObject({
   cursor: z.string().min(1).optional().meta({ description: 'the next_cursor of the previous page, as returned' }),
 });
 
+const day = z.string().meta({ description: 'YYYY-MM-DD, a day in the project\'s timezone' });
+
+/** GET /metrics: none (today), `date`, or `from` with optional `to`; `projectId` for admin keys. */
+export const MetricsQuerySchema = z.strictObject({
+  date: day.optional(),
+  from: day.optional(),
+  to: day.optional(),
+  projectId: z.string().optional().meta({ description: 'required with an admin key; else the key\'s own project' }),
+});
+
 /** Endpoints that take no query parameters. */
 export const NoQuerySchema = z.strictObject({});
 

@@ -13,6 +13,7 @@ import {
   type RequestMeta,
 } from '../engine/types.ts';
 import { buildTracker } from '../tracker/build.ts';
+import { openApiDocument } from './openapi.ts';
 import { ListProjectsQuerySchema, NoQuerySchema, parseQuery } from './project-query.ts';
 import { readBody } from './read-body.ts';
 
@@ -106,6 +107,7 @@ export class HttpFace {
       '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
       '/projects': { GET: (req, res, url) => this.listProjects(req, res, url), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
+      '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
     this.paramRoutes = [
