@@ -34,6 +34,8 @@ const EnvSchema = z.object({
   /** default per-client-IP bucket for pk_ keys (CONTRACT: 50/s, burst 100) */
   ANALYTICS_RATE_PER_IP: z.coerce.number().positive().default(50),
   ANALYTICS_BURST_PER_IP: z.coerce.number().positive().default(100),
+  /** Prometheus operator metrics on this port (bound to HOST); unset = off, 0 = any free port */
+  METRICS_PORT: port.optional(),
   /** quiet startup/shutdown logs (tests) */
   ANALYTICS_QUIET: bool.default(false),
 });
@@ -51,6 +53,7 @@ export interface Config {
   snapshotEveryEvents: number;
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
+  metricsPort: number | undefined;
 }
 
 export class ConfigError extends Error {}
@@ -80,5 +83,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       burstPerIp: e.ANALYTICS_BURST_PER_IP,
     }),
     quiet: e.ANALYTICS_QUIET,
+    metricsPort: e.METRICS_PORT,
   });
 }

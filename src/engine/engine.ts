@@ -24,6 +24,7 @@ import {
 } from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
+import type { OperatorMetrics } from './operator-metrics.ts';
 import { Snapshotter } from './snapshotter.ts';
 import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
@@ -61,6 +62,8 @@ interface Principal {
 
 export interface EngineOptions {
   config: Readonly<Config>;
+  /** operator metrics (METRICS_PORT); absent = not collected */
+  ops?: OperatorMetrics | undefined;
   version: string;
   /** the clock; injected so tests can move time */
   now?: () => number;
@@ -89,6 +92,7 @@ export class Engine implements AnalyticsEngine {
   private readonly startedAt: number;
   readonly now: () => number;
   private readonly log: (line: string) => void;
+  private ops: OperatorMetrics | undefined;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -127,8 +131,13 @@ export class Engine implements AnalyticsEngine {
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
-    const snapshotter = new Snapshotter(state, files, opts.config.snapshotEveryEvents, log);
+    const ops = opts.ops;
+    const snapshotter = new Snapshotter(state, files, opts.config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
     const engine = new Engine(opts.config, opts.version, store, state, enricher, snapshotter, now, log);
+    if (ops) {
+      engine.ops = ops;
+      ops.observeState(() => engine.stats());
+    }
     await engine.bootstrapAdminKey();
     engine.startTimers();
     return engine;
@@ -137,6 +146,19 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- ingest
 
   async ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
+    if (!this.ops) return this.ingestBatch(meta, events);
+    const started = performance.now();
+    const out = await this.ingestBatch(meta, events);
+    const face = meta.face ?? 'http';
+    this.ops.ingestSeconds(face, (performance.now() - started) / 1000);
+    if (out.ok) {
+      const c = out.value.counts ?? { stored: 0, duplicate: 0, bot: 0 };
+      this.ops.eventOutcomes(face, { stored: c.stored, duplicate: c.duplicate, bot: c.bot });
+    } else this.ops.eventOutcomes(face, { [out.error.code]: events.length });
+    return out;
+  }
+
+  private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
@@ -233,7 +255,9 @@ export class Engine implements AnalyticsEngine {
       const appended = await this.appendAndFold(project.id, records, batchIds, stored);
       if (!appended) return fail('unavailable', 'storage is not accepting writes; nothing was stored', { retryAfterSeconds: 1 }, rate);
     }
-    return { ok: true, value: { ts: now, accepted: events.length }, rate };
+    const bots = facts.bot ? records.length : 0;
+    const counts = { stored, bot: bots, duplicate: events.length - stored - bots };
+    return { ok: true, value: { ts: now, accepted: events.length, counts }, rate };
   }
 
   private async appendAndFold(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
@@ -242,11 +266,13 @@ export class Engine implements AnalyticsEngine {
     for (const id of ids) pending.add(id);
     this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
 
+    const appendStarted = performance.now();
     const appended = this.store.append(records);
     let ok = false;
     const folded = this.foldTail.then(async () => {
       try {
         const first = await appended;
+        if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
         this.snapshotter.fold(first, records);
         this.storageOk = true;
         ok = true;
@@ -708,6 +734,13 @@ export class Engine implements AnalyticsEngine {
     await this.snapshotter.snapshotIfChanged();
     await this.snapshotter.idle();
     await this.store.close();
+  }
+
+  /** For operator metrics: what is held, read at scrape time. */
+  stats(): { projects: number; liveDays: number; sealedDays: number } {
+    let liveDays = 0;
+    for (const p of this.state.projects.values()) liveDays += p.days.size;
+    return { projects: this.projects.size, liveDays, sealedDays: 0 };
   }
 
   /** For tests and benches: write a snapshot now. */

@@ -19,6 +19,8 @@ export class Snapshotter {
     private readonly files: SnapshotFiles,
     private readonly everyEvents: number,
     private readonly log: (line: string) => void,
+    /** reports each written snapshot: seconds from capture to durable file, and its size */
+    private readonly onWritten?: (seconds: number, bytes: number) => void,
   ) {
     this.lastSnapshotSeq = state.lastSeq;
   }
@@ -35,13 +37,15 @@ export class Snapshotter {
   /** `replaceAll`: delete every other snapshot file once this one is written (after an erasure). */
   async snapshot(opts: { replaceAll?: boolean } = {}): Promise<void> {
     while (this.writing) await this.writing;
+    const started = performance.now();
     const data = toSnapshot(this.state);
     const replaceAll = opts.replaceAll === true || this.purgePending;
     this.purgePending = false;
     this.writing = this.files
       .write(data, { replaceAll })
-      .then(() => {
+      .then(({ bytes }) => {
         this.lastSnapshotSeq = data.lastSeq;
+        this.onWritten?.((performance.now() - started) / 1000, bytes);
       })
       .catch((err: unknown) => this.log(`snapshot failed: ${err instanceof Error ? err.message : String(err)}`))
       .finally(() => {

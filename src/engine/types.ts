@@ -66,11 +66,15 @@ export interface RequestMeta {
   ip: string;
   /** raw User-Agent (never stored) */
   userAgent: string;
+  /** which face the request came through (operator metrics label); absent = http */
+  face?: 'http' | 'grpc';
 }
 
 export interface IngestAck {
   ts: number;
   accepted: number;
+  /** what became of the events (operator metrics); faces answer only ts and accepted */
+  counts?: { stored: number; duplicate: number; bot: number };
 }
 
 export interface MetricsQuery {

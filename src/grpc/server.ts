@@ -20,6 +20,7 @@ import {
   file_analytics_v1_analytics,
 } from '../gen/analytics/v1/analytics_pb.ts';
 import { MAX_BODY_BYTES } from '../core/limits.ts';
+import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
 import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
@@ -66,7 +67,10 @@ function unary<I extends DescMessage, O extends Message>(
   gate: Gate,
   run: (request: MessageShape<I>, meta: RequestMeta) => Outcome<O> | Promise<Outcome<O>>,
   onFault: (err: unknown) => void,
+  ops?: OperatorMetrics,
 ): UnaryHandler {
+  // The method name, e.g. "analytics.v1.AnalyticsService.Ingest" → "Ingest".
+  const endpoint = input.typeName.replace(/^.*\./, '').replace(/Request$/, '');
   return (call, callback) => {
     Promise.resolve()
       .then(() => {
@@ -77,10 +81,12 @@ function unary<I extends DescMessage, O extends Message>(
       })
       .then(
         (outcome) => {
+          ops?.request('grpc', endpoint, outcome.ok ? 'ok' : outcome.error.code);
           if (outcome.ok) callback(null, outcome.value, rateMetadata(outcome.rate));
           else callback(toStatus(outcome.error, outcome.rate));
         },
         (err: unknown) => {
+          ops?.request('grpc', endpoint, 'internal');
           onFault(err);
           callback({ code: status.INTERNAL, details: 'internal error' });
         },
@@ -98,7 +104,7 @@ function listenAddress(host: string, port: number): string {
 
 export async function startGrpcServer(
   engine: AnalyticsEngine,
-  opts: { host: string; port: number; quiet?: boolean },
+  opts: { host: string; port: number; quiet?: boolean; ops?: OperatorMetrics | undefined },
 ): Promise<{ port: number; close(graceMs?: number): Promise<void> }> {
   // Faults are logged even when quiet: they are bugs, and the caller only ever sees "internal error".
   const onFault = (err: unknown): void => console.error('grpc handler fault:', err);
@@ -120,6 +126,7 @@ export async function startGrpcServer(
         return withValue(ack, (a) => create(IngestResponseSchema, { accepted: a.accepted, ts: BigInt(a.ts) }));
       },
       onFault,
+      opts.ops,
     ),
     ingestStream: ingestStreamHandler(engine, streams, onFault),
     // Metrics has no gate of its own for wire errors; 'manage' admits the same keys (admin, sk_) as a metrics read.
@@ -129,6 +136,7 @@ export async function startGrpcServer(
       'manage',
       (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
       onFault,
+      opts.ops,
     ),
     listProjects: unary(
       engine,
@@ -137,6 +145,7 @@ export async function startGrpcServer(
       (req, meta) =>
         withValue(engine.listProjects(meta, { limit: req.limit === 0 ? undefined : req.limit, cursor: req.cursor === '' ? undefined : req.cursor }), projectsMessage),
       onFault,
+      opts.ops,
     ),
     createProject: unary(
       engine,
@@ -144,6 +153,7 @@ export async function startGrpcServer(
       'manage',
       async (req, meta) => withValue(await engine.createProject(meta, createProjectBody(req)), createdProjectMessage),
       onFault,
+      opts.ops,
     ),
     updateProject: unary(
       engine,
@@ -151,6 +161,7 @@ export async function startGrpcServer(
       'manage',
       async (req, meta) => withValue(await engine.updateProject(meta, req.projectId, updateProjectBody(req)), updatedProjectMessage),
       onFault,
+      opts.ops,
     ),
     deleteProject: unary(
       engine,
@@ -158,14 +169,16 @@ export async function startGrpcServer(
       'manage',
       async (req, meta) => withValue(await engine.deleteProject(meta, req.projectId), () => create(DeleteProjectResponseSchema)),
       onFault,
+      opts.ops,
     ),
-    listKeys: unary(engine, ListKeysRequestSchema, 'manage', (req, meta) => withValue(engine.listKeys(meta, req.projectId), keysMessage), onFault),
+    listKeys: unary(engine, ListKeysRequestSchema, 'manage', (req, meta) => withValue(engine.listKeys(meta, req.projectId), keysMessage), onFault, opts.ops),
     createKey: unary(
       engine,
       CreateKeyRequestSchema,
       'manage',
       async (req, meta) => withValue(await engine.createKey(meta, req.projectId, createKeyBody(req)), createdKeyMessage),
       onFault,
+      opts.ops,
     ),
     revokeKey: unary(
       engine,
@@ -173,6 +186,7 @@ export async function startGrpcServer(
       'manage',
       async (req, meta) => withValue(await engine.revokeKey(meta, req.projectId, req.keyId), () => create(RevokeKeyResponseSchema)),
       onFault,
+      opts.ops,
     ),
   });
 

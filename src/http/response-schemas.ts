@@ -104,7 +104,7 @@ export const ProjectPage = z
   .meta({ example: { projects: [], next_cursor: null } });
 
 export const CreatedProject = z
-  .strictObject({ project: Project, keys: z.strictObject({ secret: z.string().startsWith('sk_'), publishable: z.string().startsWith('pk_') }) })
+  .strictObject({ project: Project, keys: z.strictObject({ secret: z.string().regex(/^sk_/), publishable: z.string().regex(/^pk_/) }) })
   ;
 
 export const ProjectOnly = z.strictObject({ project: Project });

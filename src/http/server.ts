@@ -13,6 +13,7 @@ import {
   type RequestMeta,
 } from '../engine/types.ts';
 import { buildTracker } from '../tracker/build.ts';
+import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import { ListProjectsQuerySchema, NoQuerySchema, parseQuery } from './project-query.ts';
 import { readBody } from './read-body.ts';
@@ -50,6 +51,8 @@ export interface HttpOptions {
   keepAliveTimeoutMs?: number;
   /** how often Node checks requests against headersTimeout/requestTimeout */
   connectionsCheckingIntervalMs?: number;
+  /** operator metrics: requests by endpoint and outcome */
+  ops?: OperatorMetrics | undefined;
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, params: string[]) => Promise<void> | void;
@@ -58,6 +61,12 @@ type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, params: str
 const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
 const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
 const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
+/** Route templates as metrics labels (never the ids themselves: a label per project would be unbounded). */
+const PARAM_TEMPLATES = new Map([
+  [PROJECT_ROUTE, '/projects/{id}'],
+  [KEYS_ROUTE, '/projects/{id}/keys'],
+  [KEY_ROUTE, '/projects/{id}/keys/{keyId}'],
+]);
 
 export function statusOf(code: ErrorCode): number {
   switch (code) {
@@ -97,6 +106,8 @@ export class HttpFace {
   readonly server: Server;
   private readonly routes: Record<string, Record<string, Handler>>;
   private readonly paramRoutes: Array<[RegExp, Record<string, Handler>]>;
+  /** the error code each answer carried, for operator metrics */
+  private readonly outcomes = new WeakMap<ServerResponse, string>();
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -163,16 +174,20 @@ export class HttpFace {
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
+      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : 'unknown';
       if (!route) {
         for (const [pattern, handlers] of this.paramRoutes) {
           const m = pattern.exec(url.pathname);
           if (m) {
             route = handlers;
             params = m.slice(1).map(safeDecode);
+            endpoint = PARAM_TEMPLATES.get(pattern)!;
             break;
           }
         }
       }
+      const ops = this.options.ops;
+      if (ops) res.once('finish', () => ops.request('http', endpoint, this.outcomes.get(res) ?? (res.statusCode < 400 ? 'ok' : String(res.statusCode))));
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
@@ -377,6 +392,7 @@ export class HttpFace {
   private send(res: ServerResponse, out: Failure): void {
     const { code, message, details, retryAfterSeconds } = out.error;
     if (retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(retryAfterSeconds));
+    this.outcomes.set(res, code);
     const error: Record<string, unknown> = { code, message };
     if (details && details.length > 0) error.details = details;
     this.sendJson(res, statusOf(code), { ok: false, error }, out.rate);

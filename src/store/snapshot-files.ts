@@ -26,7 +26,7 @@ export class SnapshotFiles {
   }
 
   /** `replaceAll` removes every other snapshot once this one is durable (they may hold erased data). */
-  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<string> {
+  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<{ file: string; bytes: number }> {
     const body = serialize(data);
     const digest = createHash('sha256').update(body).digest();
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
@@ -46,7 +46,7 @@ export class SnapshotFiles {
       await dh.close();
     }
     this.prune(opts.replaceAll === true ? path.basename(file) : undefined);
-    return file;
+    return { file, bytes: HEADER + body.length };
   }
 
   /**
