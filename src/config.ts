@@ -86,3 +86,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     metricsPort: e.METRICS_PORT,
   });
 }
+
+/** What the `analytics` CLI reads from the environment: defaults for --url, --key and --data-dir. */
+export interface CliEnv {
+  url: string | undefined;
+  key: string | undefined;
+  dataDir: string | undefined;
+}
+
+export function loadCliEnv(env: Record<string, string | undefined> = process.env): CliEnv {
+  const pick = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
+  return { url: pick('ANALYTICS_URL'), key: pick('ANALYTICS_KEY'), dataDir: pick('ANALYTICS_DATA_DIR') };
+}

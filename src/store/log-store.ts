@@ -125,6 +125,11 @@ export class LogStore {
     for (const { key, value } of this.log.getRange({ start: afterSeq + 1 })) yield { seq: key, record: value };
   }
 
+  /** Every entry key of the log in order (without the shared-structures entry), for continuity checks. */
+  *sequences(): Generator<number> {
+    for (const key of this.log.getKeys({ start: STRUCTURES_KEY + 1 })) yield key;
+  }
+
   countAfter(afterSeq: number): number {
     return this.log.getCount({ start: afterSeq + 1 });
   }

@@ -61,17 +61,25 @@ export class SnapshotFiles {
         continue;
       }
       try {
-        const buf = readFileSync(full);
-        if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');
-        const body = buf.subarray(HEADER);
-        const digest = createHash('sha256').update(body).digest();
-        if (!digest.equals(buf.subarray(MAGIC.length, HEADER))) throw new Error('checksum mismatch');
-        return deserialize(body) as SnapshotData;
+        return readVerified(full);
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
     }
     return undefined;
+  }
+
+  /** Every snapshot file, oldest first, with its sequence and either its data or why it is unusable (check). */
+  inspect(): Array<{ file: string; seq: number; data?: SnapshotData; problem?: string }> {
+    return this.files().map((f) => {
+      const file = path.join(this.dir, f);
+      const seq = Number(NAME.exec(f)![1]);
+      try {
+        return { file, seq, data: readVerified(file) };
+      } catch (err) {
+        return { file, seq, problem: err instanceof Error ? err.message : String(err) };
+      }
+    });
   }
 
   files(): string[] {
@@ -84,4 +92,14 @@ export class SnapshotFiles {
     for (const f of drop) rmSync(path.join(this.dir, f), { force: true });
     for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
+}
+
+/** A snapshot file's data, after checking its header and SHA-256; throws on any mismatch. */
+function readVerified(file: string): SnapshotData {
+  const buf = readFileSync(file);
+  if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');
+  const body = buf.subarray(HEADER);
+  const digest = createHash('sha256').update(body).digest();
+  if (!digest.equals(buf.subarray(MAGIC.length, HEADER))) throw new Error('checksum mismatch');
+  return deserialize(body) as SnapshotData;
 }
