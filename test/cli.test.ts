@@ -134,7 +134,7 @@ describe('analytics CLI against a running service', () => {
     assert.equal(snaps.length, 1);
     const file = path.join(svc.dataDir, 'snapshots', snaps[0]!);
     const bytes = readFileSync(file);
-    bytes[bytes.length - 5] ^= 0xff;
+    bytes[bytes.length - 5] = bytes[bytes.length - 5]! ^ 0xff;
     writeFileSync(file, bytes);
     const bad = await cli(['check', '--data-dir', svc.dataDir, '--json']);
     assert.equal(bad.code, 1);
