@@ -317,7 +317,7 @@ test('the TypeScript client runs in the browser: batches, page context, and deli
   const project = await newProject('client');
   const esbuild = await import('esbuild');
   const bundle = await esbuild.build({
-    entryPoints: [new URL('../src/client/index.ts', import.meta.url).pathname],
+    entryPoints: [new URL('../clients/typescript/src/index.ts', import.meta.url).pathname],
     bundle: true, write: false, format: 'iife', globalName: 'Analytics', target: 'es2020', logLevel: 'silent',
   });
   const library = bundle.outputFiles[0]?.text ?? '';
