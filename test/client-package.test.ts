@@ -70,7 +70,7 @@ test('the client package imports nothing from outside itself and nothing from no
 test('the packed tarball holds compiled ESM and declarations only, and has no dependencies', () => {
   const files = JSON.parse(readFileSync(path.join(work, 'files.json'), 'utf8')) as string[];
   assert.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts'), files.join(' '));
-  for (const f of files) assert.match(f, /^(package\.json|dist\/[a-z-]+\.(js|d\.ts))$/, `unexpected file in the tarball: ${f}`);
+  for (const f of files) assert.match(f, /^(package\.json|README\.md|dist\/[a-z-]+\.(js|d\.ts))$/, `unexpected file in the tarball: ${f}`);
   const installed = JSON.parse(readFileSync(path.join(consumer, 'node_modules/@privacy-analytics/client/package.json'), 'utf8'));
   assert.equal(installed.type, 'module');
   assert.equal(installed.dependencies, undefined);
