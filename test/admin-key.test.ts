@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
@@ -50,6 +50,7 @@ test('a generated admin key is written to a 0600 file and logged only as a hint;
   assert.equal(await status(svc, first), 200);
   assert.equal(await status(svc, generated), 401);
   assert.ok(!lines.join('\n').includes(first), lines.join('\n'));
+  assert.equal(existsSync(file), false, 'the file of the revoked generated key is removed');
   await svc.stop();
 
   // Rotation: restart with another configured key; the earlier configured and the generated key stay refused.
@@ -58,5 +59,11 @@ test('a generated admin key is written to a 0600 file and logged only as a hint;
   assert.equal(await status(svc, second), 200);
   assert.equal(await status(svc, first), 401);
   assert.equal(await status(svc, generated), 401);
+  await svc.stop();
+
+  // Back to no variable: the last configured key stays the admin key; nothing is generated.
+  ({ svc, lines } = await start());
+  assert.equal(await status(svc, second), 200);
+  assert.equal(existsSync(file), false);
   await svc.stop();
 });

@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
@@ -452,6 +452,12 @@ export class Engine implements AnalyticsEngine {
       // A configured key is the only admin key: a generated or earlier configured one stops working (rotation).
       await this.store.replaceAdminKeys(hashKey(configured), this.store.getKey(hashKey(configured)) ?? record);
       this.log(`admin key: from ANALYTICS_ADMIN_KEY (${keyHint(configured)}); any other admin key is revoked`);
+      // A generated key left in its file would now answer 401: remove it rather than let someone try it.
+      const file = path.join(this.config.dataDir, 'admin.key');
+      if (existsSync(file) && readFileSync(file, 'utf8').trim() !== configured) {
+        unlinkSync(file);
+        this.log(`removed ${file}: its key is revoked`);
+      }
       return;
     }
     if (this.store.hasAdminKey()) return;
