@@ -2,13 +2,19 @@
 // output goes to test-results.log at the same time (see package.json); `npm run test:verbose` prints it instead.
 import { inspect } from 'node:util';
 
+/** What a crashed test file printed is shown with its failure, up to this much of its end. */
+const MAX_STDERR_CHARS = 4000;
+
 export default async function* reporter(source) {
   const failures = [];
   const summary = [];
+  const stderr = new Map();
   let dots = 0;
   for await (const event of source) {
     const { type, data } = event;
-    if (type === 'test:pass' && data.details?.type !== 'suite') {
+    if (type === 'test:stderr' && data.file) {
+      stderr.set(data.file, ((stderr.get(data.file) ?? '') + data.message).slice(-MAX_STDERR_CHARS));
+    } else if (type === 'test:pass' && data.details?.type !== 'suite') {
       yield data.skip || data.todo ? ',' : '.';
       if (++dots % 100 === 0) yield '\n';
     } else if (type === 'test:fail') {
@@ -18,7 +24,10 @@ export default async function* reporter(source) {
       yield 'X';
       const where = data.file ? ` (${data.file}${data.line ? `:${data.line}` : ''})` : '';
       const cause = error?.cause ?? error;
-      failures.push(`✖ ${data.name}${where}\n${indent(inspect(cause, { depth: 4, colors: false }))}`);
+      let report = `✖ ${data.name}${where}\n${indent(inspect(cause, { depth: 4, colors: false }))}`;
+      // A whole file failed (it crashed or did not load): what it wrote to stderr says why.
+      if (data.name === data.file && stderr.has(data.file)) report += `\n    stderr:\n${indent(stderr.get(data.file), 6)}`;
+      failures.push(report);
     } else if (type === 'test:diagnostic' && data.nesting === 0) {
       summary.push(`# ${data.message}`);
     }
@@ -28,6 +37,6 @@ export default async function* reporter(source) {
   yield `${summary.join('\n')}\nFull output: test-results.log\n`;
 }
 
-function indent(text) {
-  return text.replace(/^/gm, '    ');
+function indent(text, spaces = 4) {
+  return text.replace(/^/gm, ' '.repeat(spaces));
 }
