@@ -38,6 +38,8 @@ const EnvSchema = z.object({
   METRICS_PORT: port.optional(),
   /** quiet startup/shutdown logs (tests) */
   ANALYTICS_QUIET: bool.default(false),
+  /** set by npm for `npm start`, `npm exec`/`npx` (npm's own variable, not ours) */
+  npm_command: z.string().optional(),
 });
 
 export interface Config {
@@ -54,6 +56,11 @@ export interface Config {
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
   metricsPort: number | undefined;
+  /**
+   * Started by npm (`npm start`, `npx analytics serve`): npm forwards a signal only to the shell it spawned, and that
+   * shell dies without relaying it, so the service also stops (drains) when its parent process goes away.
+   */
+  stopWithParent: boolean;
 }
 
 export class ConfigError extends Error {}
@@ -84,6 +91,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }),
     quiet: e.ANALYTICS_QUIET,
     metricsPort: e.METRICS_PORT,
+    stopWithParent: e.npm_command !== undefined && e.npm_command !== '',
   });
 }
 

@@ -13,11 +13,14 @@ const ID_BYTES = 12;
 
 export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_', read: 'rk_' };
 const KEY_SHAPE = /^(ak|sk|pk|rk)_[A-Za-z0-9_-]{22,128}$/;
-/** Characters of a key shown at the end of its hint: enough to tell a project's keys apart, nothing to guess with. */
-const HINT_TAIL = 4;
 
 export function generateKey(kind: KeyKind): string {
   return KEY_PREFIX[kind] + randomBytes(KEY_BYTES).toString('base64url');
+}
+
+/** What logs and listings show instead of a key: its prefix and last 4 characters (`ak_…abcd`). */
+export function keyHint(key: string): string {
+  return `${key.slice(0, 3)}…${key.slice(-4)}`;
 }
 
 export function generateId(prefix: string): string {
@@ -34,11 +37,6 @@ export function bearerKey(header: string | undefined): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!m || !KEY_SHAPE.test(m[1]!)) return undefined;
   return m[1];
-}
-
-/** `sk_…abcd`: the prefix and the last characters of a key. */
-export function keyHint(key: string): string {
-  return `${key.slice(0, 3)}…${key.slice(-HINT_TAIL)}`;
 }
 
 /** The public id of a key; keys stored before ids existed get one derived from their hash (not from the key). */

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
 import { MAX_BATCH_EVENTS } from '../core/limits.ts';
 import { CreateKeySchema, CreateProjectSchema, UpdateKeySchema, UpdateProjectSchema } from '../engine/project-input.ts';
-import { ListProjectsQuerySchema, MetricsQuerySchema } from './project-query.ts';
+import { QUERY_SCHEMAS } from './query-schemas.ts';
 import * as R from './response-schemas.ts';
 
 /**
@@ -140,7 +140,7 @@ export function openApiDocument(version: string): Json {
           operationId: 'getMetrics',
           summary: 'Aggregates of a day or an inclusive range (≤ 366 days) with a per-day series',
           security: secured,
-          parameters: queryParameters(MetricsQuerySchema),
+          parameters: queryParameters(QUERY_SCHEMAS['/metrics'].GET),
           responses: { '200': json(ref('Metrics'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
         },
       },
@@ -149,7 +149,7 @@ export function openApiDocument(version: string): Json {
           operationId: 'listProjects',
           summary: 'Projects the key may see (admin: all; sk_: its own), in creation order, one page',
           security: secured,
-          parameters: queryParameters(ListProjectsQuerySchema),
+          parameters: queryParameters(QUERY_SCHEMAS['/projects'].GET),
           responses: { '200': json(ref('ProjectPage'), 'a page of projects'), ...errors(400, 401, 403, 429) },
         },
         post: {

@@ -15,7 +15,7 @@ import {
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
-import { ListProjectsQuerySchema, NoQuerySchema, parseQuery } from './project-query.ts';
+import { checkQuery, type ListProjectsQueryParams, type MetricsQueryParams } from './query-schemas.ts';
 import { readBody } from './read-body.ts';
 
 /**
@@ -55,13 +55,14 @@ export interface HttpOptions {
   ops?: OperatorMetrics | undefined;
 }
 
-type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, params: string[]) => Promise<void> | void;
+/** `query` has passed the route's schema in query-schemas.ts (routes without one: every parameter, first value). */
+type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Record<string, string>, params: string[]) => Promise<void> | void;
 
 /** Routes with path parameters (`{id}`, `{keyId}`: one path segment each), tried after the exact routes. */
 const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
 const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
 const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
-/** Route templates as metrics labels (never the ids themselves: a label per project would be unbounded). */
+/** Route templates: query schemas and metrics labels are per template (never per id: that would be unbounded). */
 const PARAM_TEMPLATES = new Map([
   [PROJECT_ROUTE, '/projects/{id}'],
   [KEYS_ROUTE, '/projects/{id}/keys'],
@@ -115,24 +116,24 @@ export class HttpFace {
   ) {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
-      '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
-      '/projects': { GET: (req, res, url) => this.listProjects(req, res, url), POST: (req, res) => this.createProject(req, res) },
+      '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
+      '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
     this.paramRoutes = [
       [PROJECT_ROUTE, {
-        PATCH: (req, res, url, [id]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.updateProject(meta, id!, body)),
-        DELETE: (req, res, url, [id]) => this.manage(req, res, url, (meta) => this.engine.deleteProject(meta, id!)),
+        PATCH: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateProject(meta, id!, body)),
+        DELETE: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.deleteProject(meta, id!)),
       }],
       [KEYS_ROUTE, {
-        GET: (req, res, url, [id]) => this.manage(req, res, url, (meta) => this.engine.listKeys(meta, id!)),
-        POST: (req, res, url, [id]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.createKey(meta, id!, body)),
+        GET: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.listKeys(meta, id!)),
+        POST: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.createKey(meta, id!, body)),
       }],
       [KEY_ROUTE, {
-        PATCH: (req, res, url, [id, keyId]) => this.manageWithBody(req, res, url, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
-        DELETE: (req, res, url, [id, keyId]) => this.manage(req, res, url, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
+        PATCH: (req, res, _url, _query, [id, keyId]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
+        DELETE: (req, res, _url, _query, [id, keyId]) => this.manage(req, res, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
       }],
     ];
     this.server = createServer(
@@ -194,7 +195,12 @@ export class HttpFace {
         res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
         return this.send(res, failure('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
       }
-      await handler(req, res, url, params);
+      const query = checkQuery(endpoint, req.method!, url.searchParams);
+      if (!query.ok) {
+        req.resume();
+        return this.send(res, failure('invalid_request', query.message, { details: query.names.map((name) => ({ path: name, message: query.message })) }));
+      }
+      await handler(req, res, url, query.value, params);
     } catch (err) {
       // Faults never leak internals; the message is for operators, in the log.
       console.error('internal error:', err);
@@ -233,56 +239,34 @@ export class HttpFace {
     return this.send(res, out);
   }
 
-  private metrics(req: IncomingMessage, res: ServerResponse, url: URL): void {
-    const q = url.searchParams;
-    const pick = (name: string) => q.get(name) ?? undefined;
-    const out = this.engine.metrics(this.meta(req), {
-      date: pick('date'),
-      from: pick('from'),
-      to: pick('to'),
-      projectId: pick('projectId'),
-    });
+  private metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): void {
+    const out = this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
 
-  private listProjects(req: IncomingMessage, res: ServerResponse, url: URL): void {
-    const meta = this.meta(req);
-    const query = parseQuery(ListProjectsQuerySchema, url.searchParams);
-    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
-    const out = this.engine.listProjects(meta, query.value);
+  private listProjects(req: IncomingMessage, res: ServerResponse, q: ListProjectsQueryParams): void {
+    // The engine checks the values (as for gRPC); a limit that is not all digits is passed as NaN so it is refused.
+    const limit = q.limit === undefined ? undefined : /^\d{1,7}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
+    const out = this.engine.listProjects(this.meta(req), { limit, cursor: q.cursor });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
 
-  /** A management call without a body: no query parameters, then the engine. */
-  private async manage(
-    req: IncomingMessage,
-    res: ServerResponse,
-    url: URL,
-    call: (meta: RequestMeta) => Outcome<unknown> | Promise<Outcome<unknown>>,
-  ): Promise<void> {
+  /** A management call without a body. */
+  private async manage(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta) => Outcome<unknown> | Promise<Outcome<unknown>>): Promise<void> {
     const meta = this.meta(req);
     req.resume();
-    const query = parseQuery(NoQuerySchema, url.searchParams);
-    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
     const out = await call(meta);
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
 
   /** A management call with a JSON body. */
-  private async manageWithBody(
-    req: IncomingMessage,
-    res: ServerResponse,
-    url: URL,
-    call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>,
-  ): Promise<void> {
+  private async manageWithBody(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>): Promise<void> {
     const meta = this.meta(req);
     const body = await this.readJson(req);
     if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
-    const query = parseQuery(NoQuerySchema, url.searchParams);
-    if (!query.ok) return this.send(res, this.engine.refuse(meta, 'manage', query.error));
     const out = await call(meta, body.value);
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
