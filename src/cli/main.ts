@@ -16,6 +16,12 @@ export function buildProgram(): Command {
   return program;
 }
 
+// `analytics export ... | head`: the reader went away; stop quietly, as Unix tools do.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
+
 async function run(argv: string[]): Promise<void> {
   const program = buildProgram();
   try {
