@@ -4,6 +4,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { AnalyticsClient } from '../src/grpc/client.ts';
+import { LogStore } from '../src/store/log-store.ts';
 import { assertError } from './contract-helpers.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
 
@@ -210,6 +211,28 @@ describe('DELETE /projects/{id}', () => {
       await again.destroy();
     } finally {
       await own.stop().catch(() => {});
+    }
+  });
+});
+
+describe('DELETE /projects/{id} interrupted by a crash', () => {
+  test('a delete whose erasure did not finish is finished at the next start, before serving', async () => {
+    const own = await startTestService();
+    const doomed = await createProject(own.url, own.adminKey);
+    const marker = `crash-erase-${randomBytes(8).toString('hex')}`;
+    assert.equal((await api(own.url, '/analytics', { key: doomed.keys.secret, body: pv(`https://a.example/${marker}`) })).status, 200);
+    await own.stop();
+    // The first step of a delete (catalog and keys, in one transaction), then "the crash": no erasure, no snapshot.
+    const store = LogStore.open(own.dataDir, 'flush');
+    await store.deleteProject(doomed.project.id);
+    await store.close();
+    assert.ok(filesContaining(own.dataDir, marker).length > 0);
+    const again = await own.restart();
+    try {
+      assert.deepEqual(filesContaining(own.dataDir, marker), []);
+      assertError(await api(again.url, '/metrics', { key: doomed.keys.secret }), 401, 'unauthorized');
+    } finally {
+      await again.destroy();
     }
   });
 });

@@ -139,6 +139,8 @@ export class Engine implements AnalyticsEngine {
       ops.observeState(() => engine.stats());
     }
     await engine.bootstrapAdminKey();
+    // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
+    for (const id of store.pendingErasures()) await engine.eraseProject(id);
     engine.startTimers();
     return engine;
   }
@@ -446,17 +448,20 @@ export class Engine implements AnalyticsEngine {
     const removed = await this.write(() => this.store.deleteProject(projectId), rate);
     if (removed) return removed;
     await this.foldTail; // batches appended before the delete are folded (and so erased below)
-    const erased = await this.write(async () => {
-      const n = await this.store.eraseProjectEvents(projectId);
-      this.state.projects.delete(projectId);
-      this.pendingIds.delete(projectId);
-      this.pendingCounts.delete(projectId);
-      // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
-      await this.snapshotter.snapshot({ replaceAll: true });
-      this.log(`project ${projectId} deleted; ${n} log entries erased`);
-    }, rate);
+    const erased = await this.write(() => this.eraseProject(projectId), rate);
     if (erased) return erased;
     return { ok: true, value: { ok: true }, rate };
+  }
+
+  /** Erases a deleted project's events from the log, its state, and every snapshot file. */
+  private async eraseProject(projectId: string): Promise<void> {
+    const n = await this.store.eraseProjectEvents(projectId);
+    this.state.projects.delete(projectId);
+    this.pendingIds.delete(projectId);
+    this.pendingCounts.delete(projectId);
+    // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
+    await this.snapshotter.snapshot({ replaceAll: true });
+    this.log(`project ${projectId} deleted; ${n} log entries erased`);
   }
 
   listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }> {

@@ -62,6 +62,8 @@ const MAP_SIZE = 2 ** 40;
  * Logs written before this still decode (plain msgpack maps are always readable).
  */
 const STRUCTURES_KEY = 0;
+/** Meta entry listing deleted projects whose events are still to be erased. */
+const PENDING_ERASURES = 'pending_erasures';
 /** Erasure rewrites entries in transactions of this many, so one delete never holds a giant transaction. */
 const ERASE_BATCH = 10_000;
 
@@ -173,8 +175,15 @@ export class LogStore {
     await this.root.transaction(() => {
       void this.projects.remove(projectId);
       for (const [h] of keys) void this.keys.remove(h);
+      // Remembered until its events are erased, so a crash in between resumes the erasure at the next start.
+      void this.meta.put(PENDING_ERASURES, [...new Set([...this.pendingErasures(), projectId])]);
     });
     await this.root.flushed;
+  }
+
+  /** Projects deleted whose events are not erased yet (a crash interrupted the erasure). */
+  pendingErasures(): string[] {
+    return (this.meta.get(PENDING_ERASURES) as string[] | undefined) ?? [];
   }
 
   /**
@@ -196,6 +205,7 @@ export class LogStore {
       });
       onProgress?.(i + part.length);
     }
+    await this.meta.put(PENDING_ERASURES, this.pendingErasures().filter((id) => id !== projectId));
     await this.root.flushed;
     await this.compact();
     return seqs.length;
