@@ -31,6 +31,13 @@ test('METRICS_PORT serves Prometheus text with requests, events, latencies, snap
   assert.equal((await api(svc.url, '/metrics', { key: 'sk_AAAAAAAAAAAAAAAAAAAAAAAAAAAA' })).status, 401);
   const grpc = new AnalyticsClient(svc.grpcAddress, { key: p.keys.secret });
   await grpc.ingest({ events: [{ event: 'signup', eventId: 'g1' }] });
+  await new Promise<void>((resolve, reject) => {
+    const stream = grpc.ingestStream();
+    stream.on('data', () => stream.end());
+    stream.on('error', reject);
+    stream.on('end', resolve);
+    stream.write({ batchId: 1n, events: [{ event: 'signup', eventId: 'g2' }] });
+  });
   grpc.close();
   await svc.service.engine.snapshotNow();
 
@@ -39,13 +46,14 @@ test('METRICS_PORT serves Prometheus text with requests, events, latencies, snap
   assert.equal(value(text, 'analytics_events_total{face="http",outcome="stored"}'), 2);
   assert.equal(value(text, 'analytics_events_total{face="http",outcome="duplicate"}'), 1);
   assert.equal(value(text, 'analytics_events_total{face="http",outcome="invalid_event"}'), 1);
-  assert.equal(value(text, 'analytics_events_total{face="grpc",outcome="stored"}'), 1);
+  assert.equal(value(text, 'analytics_events_total{face="grpc",outcome="stored"}'), 2);
+  assert.equal(value(text, 'analytics_requests_total{face="grpc",endpoint="IngestStream",outcome="ok"}'), 1);
   assert.equal(value(text, 'analytics_requests_total{face="http",endpoint="/analytics",outcome="ok"}'), 2);
   assert.equal(value(text, 'analytics_requests_total{face="http",endpoint="/analytics",outcome="invalid_event"}'), 1);
   assert.equal(value(text, 'analytics_requests_total{face="http",endpoint="/metrics",outcome="unauthorized"}'), 1);
   assert.equal(value(text, 'analytics_requests_total{face="grpc",endpoint="Ingest",outcome="ok"}'), 1);
   assert.equal(value(text, 'analytics_ingest_duration_seconds_count{face="http"}'), 3);
-  assert.equal(value(text, 'analytics_log_commit_duration_seconds_count'), 2); // the repeat appends nothing
+  assert.equal(value(text, 'analytics_log_commit_duration_seconds_count'), 3); // the repeat appends nothing
   assert.equal(value(text, 'analytics_snapshot_duration_seconds_count'), 1);
   assert.ok(value(text, 'analytics_snapshot_bytes')! > 40);
   assert.equal(value(text, 'analytics_projects'), 1);

@@ -128,7 +128,7 @@ export async function startGrpcServer(
       onFault,
       opts.ops,
     ),
-    ingestStream: ingestStreamHandler(engine, streams, onFault),
+    ingestStream: ingestStreamHandler(engine, streams, onFault, opts.ops),
     // Metrics has no gate of its own for wire errors; 'manage' admits the same keys (admin, sk_) as a metrics read.
     getMetrics: unary(
       engine,
