@@ -127,6 +127,16 @@ describe('analytics CLI against a running service', () => {
     const ok = await cli(['check', '--data-dir', svc.dataDir]);
     assert.equal(ok.code, 0, ok.stderr + ok.stdout);
     assert.match(ok.stdout, /^ok: \d+ log entries in sequence, 1 snapshot\(s\) verified/);
+    assert.match(ok.stderr, /^log: 100% /m, 'plain progress lines when stderr is not a terminal');
+    assert.doesNotMatch(ok.stderr, /█/);
+    // On a terminal (a pty from util-linux `script`): a progress bar instead of lines.
+    const tty = await new Promise<string>((resolve, reject) =>
+      execFile('script', ['-qec', `${process.execPath} ${BIN} check --data-dir ${svc.dataDir}`, '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
+        err ? reject(err) : resolve(stdout),
+      ),
+    );
+    assert.match(tty, /fold \[█+\] 100%/);
+    assert.match(tty, /ok: \d+ log entries in sequence/);
     const rebuilt = json(await cli(['rebuild', '--data-dir', svc.dataDir, '--json']));
     assert.equal(rebuilt.records, 1203);
     assert.match(rebuilt.snapshot, /snapshot-\d{16}\.bin$/);
