@@ -12,7 +12,8 @@ import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
-import { bearerKey, generateId, generateKey, hashKey, KEY_PREFIX, keyHint, keyIdOf } from './keys.ts';
+import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
+import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
 import {
   CreateKeySchema,
   CreateProjectSchema,
@@ -774,48 +775,6 @@ function view(p: ProjectRecord): ProjectView {
     created_at: new Date(p.createdAt).toISOString(),
     tracked_props: p.trackedProps ?? [],
   };
-}
-
-function keyView(hash: string, r: KeyRecord): KeyView {
-  return {
-    id: keyIdOf(r, hash),
-    type: r.kind as KeyType,
-    hint: r.hint ?? `${KEY_PREFIX[r.kind]}…`,
-    created_at: new Date(r.createdAt).toISOString(),
-    expires_at: r.expiresAt === undefined ? null : new Date(r.expiresAt).toISOString(),
-  };
-}
-
-function isLive(r: KeyRecord, now: number): boolean {
-  return r.expiresAt === undefined || now < r.expiresAt;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function zodDetails(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): ErrorDetail[] {
-  return issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message }));
-}
-
-/** Cursor of GET /projects: the last project's creation time and id, base64url so callers treat it as opaque. */
-function encodeCursor(p: ProjectRecord): string {
-  return Buffer.from(JSON.stringify([p.createdAt, p.id])).toString('base64url');
-}
-
-function decodeCursor(cursor: string): [number, string] | undefined {
-  try {
-    const v: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(v) && v.length === 2 && Number.isSafeInteger(v[0]) && typeof v[1] === 'string') return [v[0] as number, v[1] as string];
-  } catch {
-    /* not ours */
-  }
-  return undefined;
-}
-
-/** Creation order: time, then id (two projects may share a millisecond). */
-function isAfter(p: ProjectRecord, [createdAt, id]: [number, string]): boolean {
-  return p.createdAt > createdAt || (p.createdAt === createdAt && p.id > id);
 }
 
 function safeOrigin(s: string): string {
