@@ -36,7 +36,6 @@ import type {
   ErrorDetail,
   HealthView,
   IngestAck,
-  KeyType,
   KeyView,
   MetricsQuery,
   Outcome,
