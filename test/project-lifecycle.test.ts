@@ -254,6 +254,10 @@ describe('gRPC lifecycle', () => {
       const created = await client.call('createKey', { projectId: id, type: 'read' });
       assert.match(created.key, /^rk_/);
       assert.equal(created.info?.expiresAt, '');
+      const soon = new Date(Date.now() + 3_600_000).toISOString();
+      const expiring = await client.call('updateKey', { projectId: id, keyId: created.info!.id, expiresAt: soon });
+      assert.equal(expiring.key?.expiresAt, soon);
+      await assert.rejects(client.call('updateKey', { projectId: id, keyId: secretId, expiresAt: soon }), (e: { code: number }) => e.code === 9);
       await client.call('revokeKey', { projectId: id, keyId: created.info!.id });
       assertError(await api(svc.url, '/metrics', { key: created.key }), 401, 'unauthorized');
       const first = await client.listProjects({}, { limit: 1 });

@@ -13,6 +13,8 @@ import {
   ListKeysRequestSchema,
   RevokeKeyRequestSchema,
   RevokeKeyResponseSchema,
+  UpdateKeyRequestSchema,
+  UpdateKeyResponseSchema,
   UpdateProjectRequestSchema,
   IngestRequestSchema,
   IngestResponseSchema,
@@ -177,6 +179,17 @@ export async function startGrpcServer(
       CreateKeyRequestSchema,
       'manage',
       async (req, meta) => withValue(await engine.createKey(meta, req.projectId, createKeyBody(req)), createdKeyMessage),
+      onFault,
+      opts.ops,
+    ),
+    updateKey: unary(
+      engine,
+      UpdateKeyRequestSchema,
+      'manage',
+      async (req, meta) =>
+        withValue(await engine.updateKey(meta, req.projectId, req.keyId, { expires_at: req.expiresAt }), (k) =>
+          create(UpdateKeyResponseSchema, { key: { id: k.id, type: k.type, hint: k.hint, createdAt: k.created_at, expiresAt: k.expires_at ?? '' } }),
+        ),
       onFault,
       opts.ops,
     ),
