@@ -138,6 +138,32 @@ describe('project keys', () => {
   });
 });
 
+describe('management requests', () => {
+  test('PATCH on a key sets its expiry; expiring the last secret key is 409; unknown query parameters are 400', async () => {
+    const p = await createProject(svc.url, svc.adminKey);
+    const keys = (await api(svc.url, `/projects/${p.project.id}/keys`, { key: p.keys.secret })).body.keys as Array<{ id: string; type: string }>;
+    const secretId = keys.find((k) => k.type === 'secret')!.id;
+    const publishableId = keys.find((k) => k.type === 'publishable')!.id;
+    const at = new Date(Date.now() + 86_400_000).toISOString();
+    assertError(await api(svc.url, `/projects/${p.project.id}/keys/${secretId}`, { method: 'PATCH', key: p.keys.secret, body: { expires_at: at } }), 409, 'conflict');
+    const patched = await api(svc.url, `/projects/${p.project.id}/keys/${publishableId}`, { method: 'PATCH', key: p.keys.secret, body: { expires_at: at } });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    assert.equal(patched.body.expires_at, at);
+    assertError(await api(svc.url, `/projects/${p.project.id}/keys?type=read`, { key: p.keys.secret }), 400, 'invalid_request');
+    assertError(await api(svc.url, `/projects/${p.project.id}?force=1`, { method: 'DELETE', key: p.keys.secret }), 400, 'invalid_request');
+    assert.equal((await api(svc.url, '/projects', { key: svc.adminKey })).body.projects.some((x: { id: string }) => x.id === p.project.id), true);
+  });
+
+  test('CORS preflights allow PATCH and DELETE', async () => {
+    const res = await fetch(`${svc.url}/projects/p_x`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://admin.example', 'access-control-request-method': 'DELETE' },
+    });
+    assert.equal(res.status, 204);
+    assert.match(res.headers.get('access-control-allow-methods') ?? '', /PATCH.*DELETE/);
+  });
+});
+
 describe('GET /projects pagination', () => {
   test('pages through every project in creation order with an opaque cursor', async () => {
     const own = await startTestService();
