@@ -41,6 +41,15 @@ export const MAX_PROJECT_ID = 128;
 export const MAX_PAST_MS = 31 * 24 * 3600 * 1000;
 /** CONTRACT: timestamps ahead of the server clock by more than this are refused. */
 export const MAX_FUTURE_MS = 5 * 60 * 1000;
+/** A day's last instant is at most this long after its UTC midnight (its end at UTC-12, the westernmost zone). */
+export const LATEST_DAY_END_MS = 36 * 3600 * 1000;
+/**
+ * A day is sealed this long after its window closed (judged by receive times): covers a server clock stepped back by
+ * up to a day. An event that still arrives later is kept as a second segment of the day (counts add, see sealed-day.ts).
+ */
+export const SEAL_MARGIN_MS = 24 * 3600 * 1000;
+/** Monthly allowance counters older than this (by receive time) are dropped: only the current month is ever asked. */
+export const MONTHLY_KEPT_MS = 62 * 24 * 3600 * 1000;
 /** CONTRACT: how long an eventId is remembered for de-duplication. */
 export const DEDUP_WINDOW_MS = 48 * 3600 * 1000;
 /**

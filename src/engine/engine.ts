@@ -5,9 +5,11 @@ import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
 import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import type { SealedSource } from '../core/day-view.ts';
 import { metrics, resolveRange } from '../core/metrics.ts';
+import { sealedSource } from '../core/sealed-source.ts';
 import { normalizeEvent } from '../core/normalize.ts';
-import { isDuplicate, pruneSeenEventIds, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, isDuplicate, pruneSeenEventIds, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
@@ -16,6 +18,7 @@ import { bearerKey, generateId, generateKey, hashKey } from './keys.ts';
 import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
+import { Sealer } from './sealer.ts';
 import { Snapshotter } from './snapshotter.ts';
 import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
@@ -74,6 +77,8 @@ export class Engine implements AnalyticsEngine {
   private readonly startedAt: number;
   readonly now: () => number;
   private readonly log: (line: string) => void;
+  private readonly sealer: Sealer;
+  private readonly sealed: SealedSource;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -89,6 +94,12 @@ export class Engine implements AnalyticsEngine {
     this.log = log;
     this.startedAt = now();
     for (const p of store.listProjects()) this.projects.set(p.id, p);
+    const sealedStore = store.openSealedStore();
+    this.sealed = sealedSource(sealedStore);
+    this.sealer = new Sealer(state, sealedStore, log);
+    // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
+    collectSealable(state);
+    this.sealer.kick();
   }
 
   static async open(opts: EngineOptions): Promise<Engine> {
@@ -223,6 +234,7 @@ export class Engine implements AnalyticsEngine {
       try {
         const first = await appended;
         this.snapshotter.fold(first, records);
+        this.sealer.kick();
         this.storageOk = true;
         ok = true;
       } catch (err) {
@@ -263,7 +275,7 @@ export class Engine implements AnalyticsEngine {
     }
     const range = resolveRange(query, dayOf(this.now(), project.timezone));
     if (!range.ok) return fail('invalid_request', range.message, {}, rate);
-    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to), rate };
+    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to, this.sealed), rate };
   }
 
   listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }> {
@@ -490,9 +502,15 @@ export class Engine implements AnalyticsEngine {
     this.closing = true;
     for (const t of this.timers) clearInterval(t);
     await this.foldTail;
+    await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
     await this.snapshotter.idle();
     await this.store.close();
+  }
+
+  /** For tests and benches: wait until every day handed over for sealing is written. */
+  async sealingIdle(): Promise<void> {
+    await this.sealer.idle();
   }
 
   /** For tests and benches: write a snapshot now. */

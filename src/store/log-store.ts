@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { LogRecord } from '../core/types.ts';
+import { SealedStore } from './sealed-store.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
@@ -62,7 +63,7 @@ export class LogStore {
 
   private constructor(dataDir: string, private readonly durability: Durability) {
     mkdirSync(dataDir, { recursive: true });
-    this.root = open({ path: path.join(dataDir, 'analytics.lmdb'), mapSize: MAP_SIZE, maxDbs: 8, noSubdir: true });
+    this.root = open({ path: path.join(dataDir, 'analytics.lmdb'), mapSize: MAP_SIZE, maxDbs: 16, noSubdir: true });
     this.log = this.root.openDB<LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
@@ -151,6 +152,11 @@ export class LogStore {
   /** A tiny write that proves the store still accepts writes (health). */
   async probeWrite(now: number): Promise<void> {
     await this.meta.put('probe', now);
+  }
+
+  /** Sealed days and month rollups, in this environment (see sealed-store.ts). */
+  openSealedStore(): SealedStore {
+    return new SealedStore(this.root);
   }
 
   async close(): Promise<void> {
