@@ -245,7 +245,7 @@ describe('across the seal boundary', () => {
     const firstLive = allDays[SEALED_DAYS]!;
     const ranges = [[firstDay, lastDay], [firstDay, lastSealed], [allDays[2]!, firstLive], [lastSealed, lastSealed], [firstLive, lastDay]] as const;
     // Every answer first: the SQL below blocks this process for seconds, longer than the server keeps an idle connection.
-    const answers = [];
+    const answers: Array<Awaited<ReturnType<typeof actual>>> = [];
     for (const [from, to] of ranges) answers.push(await actual(`from=${from}&to=${to}`, sealedSvc, secret));
     for (const [i, [from, to]] of ranges.entries()) {
       const { figures, daily } = answers[i]!;

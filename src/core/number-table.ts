@@ -197,6 +197,13 @@ export class NumberCounts {
     this.mask = mask;
   }
 
+  /** Calls `fn` for every key and counter (slot order). */
+  forEachEntry(fn: (k: number, v: number) => void): void {
+    if (this.hasZero) fn(0, this.zeroValue);
+    const keys = this.keys;
+    for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) fn(keys[j]!, this.values[j]!);
+  }
+
   /** Keys and counters as two parallel arrays (the snapshot form). */
   toArrays(): { keys: Float64Array; values: Uint32Array } {
     const outKeys = new Float64Array(this.size);

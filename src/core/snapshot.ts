@@ -32,7 +32,6 @@ export interface ProjectSnapshot {
   id: string;
   days: DaySnapshot[];
   recent: RingEntry[];
-  seenEventIds: Pairs;
   monthly: Pairs;
 }
 
@@ -67,7 +66,6 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
       id,
       days,
       recent: p.recent.oldestFirst(),
-      seenEventIds: [...p.seenEventIds],
       monthly: [...p.monthly],
     });
   }
@@ -99,7 +97,6 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       p.days.set(ds.day, d);
     }
     for (const e of ps.recent) p.recent.push(e);
-    for (const [k, v] of ps.seenEventIds) p.seenEventIds.set(k, v);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
   }
   return state;

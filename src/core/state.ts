@@ -1,15 +1,6 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMidnight, utcMonthOf } from './dates.ts';
-import {
-  DEDUP_PRUNE_MARGIN_MS,
-  DEDUP_PRUNE_MIN_SIZE,
-  DEDUP_WINDOW_MS,
-  LATEST_DAY_END_MS,
-  MAX_PAST_MS,
-  MONTHLY_KEPT_MS,
-  RECENT_RING_SIZE,
-  SEAL_MARGIN_MS,
-} from './limits.ts';
+import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
 
@@ -18,10 +9,6 @@ export class ProjectState {
   /** the live days: events may still arrive for them */
   readonly days = new Map<string, DayAggregate>();
   readonly recent = new RecentRing(RECENT_RING_SIZE);
-  /** eventId -> receive time; entries older than DEDUP_WINDOW_MS are pruned */
-  readonly seenEventIds = new Map<string, number>();
-  /** size of seenEventIds at which the reducer next prunes it */
-  nextEventIdPrune = DEDUP_PRUNE_MIN_SIZE;
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
 }
@@ -113,37 +100,8 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
-  if (e.eventId !== undefined) {
-    p.seenEventIds.set(e.eventId, e.rt);
-    if (p.seenEventIds.size >= p.nextEventIdPrune) pruneProject(p, e.rt - DEDUP_PRUNE_MARGIN_MS);
-  }
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
-}
-
-/** Was `eventId` already stored for the project within the de-duplication window? */
-export function isDuplicate(state: AnalyticsState, projectId: string, eventId: string, now: number): boolean {
-  const seen = state.projects.get(projectId)?.seenEventIds.get(eventId);
-  return seen !== undefined && now - seen < DEDUP_WINDOW_MS;
-}
-
-/** Forgets eventIds older than the window (keeps memory bounded by 48 h of ids). */
-export function pruneSeenEventIds(state: AnalyticsState, now: number): number {
-  let removed = 0;
-  for (const p of state.projects.values()) removed += pruneProject(p, now);
-  return removed;
-}
-
-function pruneProject(p: ProjectState, now: number): number {
-  let removed = 0;
-  for (const [id, rt] of p.seenEventIds) {
-    if (now - rt >= DEDUP_WINDOW_MS) {
-      p.seenEventIds.delete(id);
-      removed++;
-    }
-  }
-  p.nextEventIdPrune = Math.max(DEDUP_PRUNE_MIN_SIZE, p.seenEventIds.size * 2);
-  return removed;
 }
 
 /**

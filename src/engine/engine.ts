@@ -9,10 +9,11 @@ import type { SealedSource } from '../core/day-view.ts';
 import { metrics, resolveRange } from '../core/metrics.ts';
 import { sealedSource } from '../core/sealed-source.ts';
 import { normalizeEvent } from '../core/normalize.ts';
-import { collectSealable, isDuplicate, pruneSeenEventIds, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
+import type { RememberedIds } from '../store/remembered-ids.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { bearerKey, generateId, generateKey, hashKey } from './keys.ts';
 import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
@@ -79,6 +80,7 @@ export class Engine implements AnalyticsEngine {
   private readonly log: (line: string) => void;
   private readonly sealer: Sealer;
   private readonly sealed: SealedSource;
+  private readonly ids: RememberedIds;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -94,6 +96,8 @@ export class Engine implements AnalyticsEngine {
     this.log = log;
     this.startedAt = now();
     for (const p of store.listProjects()) this.projects.set(p.id, p);
+    this.ids = store.openRememberedIds();
+    this.ids.load(now());
     const sealedStore = store.openSealedStore();
     this.sealed = sealedSource(sealedStore);
     this.sealer = new Sealer(state, sealedStore, log);
@@ -193,7 +197,7 @@ export class Engine implements AnalyticsEngine {
       const id = normalized.event.eventId;
       if (id !== undefined) {
         // A repeat is acknowledged again but stored once: already folded, in flight, or earlier in this batch.
-        if (batchIds.has(id) || pending?.has(id) || isDuplicate(this.state, project.id, id, now)) continue;
+        if (batchIds.has(id) || pending?.has(id) || this.ids.has(project.id, id, now)) continue;
         batchIds.add(id);
       }
       records.push(normalized.event);
@@ -233,6 +237,7 @@ export class Engine implements AnalyticsEngine {
     const folded = this.foldTail.then(async () => {
       try {
         const first = await appended;
+        for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
         this.sealer.kick();
         this.storageOk = true;
@@ -480,7 +485,7 @@ export class Engine implements AnalyticsEngine {
       this.timers.push(t);
     };
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
-    every(PRUNE_EVERY_MS, () => void pruneSeenEventIds(this.state, this.now()));
+    every(PRUNE_EVERY_MS, async () => void (await this.ids.expire(this.now())));
     every(SALT_CHECK_EVERY_MS, () => this.enricher.rotateSalts(this.now()));
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { LogRecord } from '../core/types.ts';
+import { RememberedIds, type IdKey } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 
 /**
@@ -59,6 +60,8 @@ export class LogStore {
   private readonly projects: Database<ProjectRecord, string>;
   private readonly keys: Database<KeyRecord, string>;
   private readonly meta: Database<unknown, string>;
+  /** [project, eventId] -> receive time, written with the events (see remembered-ids.ts) */
+  private readonly eventIds: Database<number, IdKey>;
   private nextSeq: number;
 
   private constructor(dataDir: string, private readonly durability: Durability) {
@@ -68,6 +71,7 @@ export class LogStore {
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
+    this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
     let last = 0;
     for (const key of this.log.getKeys({ reverse: true, limit: 1 })) last = key;
     this.nextSeq = last + 1;
@@ -90,7 +94,12 @@ export class LogStore {
     const first = this.nextSeq;
     this.nextSeq += records.length;
     await this.log.transaction(() => {
-      for (let i = 0; i < records.length; i++) void this.log.put(first + i, records[i]!);
+      for (let i = 0; i < records.length; i++) {
+        const r = records[i]!;
+        void this.log.put(first + i, r);
+        // The id is durable exactly when its event is: nothing to snapshot, nothing to replay.
+        if (r.t === 'e' && r.eventId !== undefined) void this.eventIds.put([r.p, r.eventId], r.rt);
+      }
     });
     if (this.durability === 'flush') await this.root.flushed;
     return first;
@@ -152,6 +161,11 @@ export class LogStore {
   /** A tiny write that proves the store still accepts writes (health). */
   async probeWrite(now: number): Promise<void> {
     await this.meta.put('probe', now);
+  }
+
+  /** The remembered eventIds (see remembered-ids.ts). */
+  openRememberedIds(): RememberedIds {
+    return new RememberedIds(this.eventIds);
   }
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */
