@@ -509,7 +509,7 @@ export class Engine implements AnalyticsEngine {
     await this.foldTail;
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
-    await this.snapshotter.idle();
+    await this.snapshotter.close();
     await this.store.close();
   }
 

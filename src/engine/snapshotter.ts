@@ -5,8 +5,9 @@ import type { SnapshotFiles } from '../store/snapshot-files.ts';
 
 /**
  * Folds committed records into the state and decides when to snapshot: after `everyEvents` records, on the
- * engine's interval, and at shutdown. A snapshot is built synchronously at one consistent point (the state as of
- * `lastSeq`) and written in the background; only one is written at a time.
+ * engine's interval, and at shutdown. A snapshot is captured synchronously at one consistent point (the live state
+ * as of `lastSeq`: hash tables copied with a memcpy each, no per-key work) and serialized, hashed and written by a
+ * worker thread; only one is written at a time.
  */
 export class Snapshotter {
   private lastSnapshotSeq: number;
@@ -47,5 +48,11 @@ export class Snapshotter {
 
   async idle(): Promise<void> {
     while (this.writing) await this.writing;
+  }
+
+  /** Stops the writer thread (after idle). */
+  async close(): Promise<void> {
+    await this.idle();
+    await this.files.close();
   }
 }

@@ -1,51 +1,94 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { open as openFile, rename } from 'node:fs/promises';
+import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync, fsyncSync } from 'node:fs';
 import path from 'node:path';
-import { deserialize, serialize } from 'node:v8';
-import type { SnapshotData } from '../core/snapshot.ts';
+import { deserialize } from 'node:v8';
+import { Worker } from 'node:worker_threads';
+import type { DaySnapshot, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
+import { DIGEST_BYTES, MAGIC } from './snapshot-format.ts';
 
 /**
- * Snapshots of the whole state as files `snapshot-<seq>.bin`: a magic word, a SHA-256 of the body, and the body
- * (v8 serialization, which writes typed arrays as raw bytes). Written to a temporary file, fsynced and renamed, so a
- * crash leaves either the old or the new snapshot, never half of one. A file that fails its checksum is skipped.
+ * Snapshots of the live state as files `snapshot-<seq>.bin` (layout: snapshot-format.ts), written by a worker thread
+ * (snapshot-worker.ts) to a temporary file, fsynced and renamed, so a crash leaves either the old or the new snapshot,
+ * never half of one. A file that fails its checksum is skipped. Frames are read one at a time, so a state of any size
+ * restores (no single buffer over 2 GiB).
  */
 
-const MAGIC = Buffer.from('ASNAP001');
-const HEADER = MAGIC.length + 32;
 /** Two snapshots: the newest, and one to fall back on if the newest turns out damaged. */
 const SNAPSHOTS_KEPT = 2;
 const NAME = /^snapshot-(\d{16})\.bin$/;
 
 export class SnapshotFiles {
   private readonly dir: string;
+  private worker: Worker | undefined;
+  private nextId = 0;
+  private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
 
   constructor(dataDir: string) {
     this.dir = path.join(dataDir, 'snapshots');
     mkdirSync(this.dir, { recursive: true });
   }
 
+  /**
+   * Hands the captured state to the writer thread, transferring its typed arrays (they are copies made by the
+   * capture, so nothing else holds them). Resolves with the file once it is durable.
+   */
   async write(data: SnapshotData): Promise<string> {
-    const body = serialize(data);
-    const digest = createHash('sha256').update(body).digest();
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
-    const tmp = `${file}.tmp`;
-    const fh = await openFile(tmp, 'w', 0o600);
-    try {
-      await fh.writev([MAGIC, digest, body]);
-      await fh.sync();
-    } finally {
-      await fh.close();
+    const transfer: ArrayBuffer[] = [];
+    for (const p of data.projects) {
+      for (const d of p.days) {
+        transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
+      }
     }
-    await rename(tmp, file);
-    const dh = await openFile(this.dir, 'r');
+    const worker = this.startWorker();
+    const id = this.nextId++;
+    const done = new Promise<number>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
+    worker.ref();
+    worker.postMessage({ id, data, file }, transfer);
     try {
-      await dh.sync();
+      await done;
     } finally {
-      await dh.close();
+      if (this.waiting.size === 0) worker.unref();
+    }
+    const fd = openSync(this.dir, 'r');
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
     }
     this.prune();
     return file;
+  }
+
+  private startWorker(): Worker {
+    if (this.worker) return this.worker;
+    // The worker is TypeScript like the rest: it registers the loader the service runs under (tsx) first. Node 20
+    // does not pass --import hooks on to workers, so a two-line bootstrap does it.
+    const loader = import.meta.resolve('tsx/esm/api');
+    const entry = new URL('./snapshot-worker.ts', import.meta.url).href;
+    const boot = `import(${JSON.stringify(loader)}).then((m) => { m.register(); return import(${JSON.stringify(entry)}); });`;
+    const w = new Worker(boot, { eval: true });
+    w.on('message', (m: { id: number; ok: boolean; bytes?: number; message?: string }) => {
+      const p = this.waiting.get(m.id);
+      if (!p) return;
+      this.waiting.delete(m.id);
+      if (m.ok) p.resolve(m.bytes ?? 0);
+      else p.reject(new Error(m.message ?? 'snapshot write failed'));
+    });
+    w.on('error', (err) => {
+      for (const p of this.waiting.values()) p.reject(err);
+      this.waiting.clear();
+      this.worker = undefined;
+    });
+    w.unref();
+    this.worker = w;
+    return w;
+  }
+
+  async close(): Promise<void> {
+    const w = this.worker;
+    this.worker = undefined;
+    if (w) await w.terminate();
   }
 
   /**
@@ -60,12 +103,7 @@ export class SnapshotFiles {
         continue;
       }
       try {
-        const buf = readFileSync(full);
-        if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');
-        const body = buf.subarray(HEADER);
-        const digest = createHash('sha256').update(body).digest();
-        if (!digest.equals(buf.subarray(MAGIC.length, HEADER))) throw new Error('checksum mismatch');
-        return deserialize(body) as SnapshotData;
+        return readSnapshot(full);
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
@@ -81,5 +119,47 @@ export class SnapshotFiles {
     const all = this.files();
     for (const f of all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT))) rmSync(path.join(this.dir, f), { force: true });
     for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
+  }
+}
+
+function readSnapshot(file: string): SnapshotData {
+  const fd = openSync(file, 'r');
+  try {
+    let pos = 0;
+    const read = (n: number): Buffer => {
+      const b = Buffer.allocUnsafe(n);
+      let got = 0;
+      while (got < n) {
+        const r = readSync(fd, b, got, n - got, pos);
+        if (r === 0) throw new Error('truncated');
+        got += r;
+        pos += r;
+      }
+      return b;
+    };
+    if (!read(MAGIC.length).equals(MAGIC)) throw new Error('bad header');
+    const hash = createHash('sha256');
+    const frames: unknown[] = [];
+    for (;;) {
+      const head = read(4);
+      const len = head.readUInt32LE(0);
+      if (len === 0) break;
+      const body = read(len);
+      hash.update(head).update(body);
+      frames.push(deserialize(body));
+    }
+    if (!hash.digest().equals(read(DIGEST_BYTES))) throw new Error('checksum mismatch');
+    const header = frames[0] as Omit<SnapshotData, 'projects'> & { projects: number };
+    const projects: ProjectSnapshot[] = [];
+    let i = 1;
+    for (let n = 0; n < header.projects; n++) {
+      const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
+      const days: DaySnapshot[] = [];
+      for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
+      projects.push({ ...p, days });
+    }
+    return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
+  } finally {
+    closeSync(fd);
   }
 }
