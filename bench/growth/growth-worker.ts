@@ -159,6 +159,8 @@ async function build(a: BuildArgs): Promise<BuildResult> {
   await inFlight;
   let liveDays = 0;
   for (const p of state.projects.values()) liveDays += p.days.size;
+  // The service forgets eventIds older than 48 h every hour; a year of traffic would have had them expired.
+  await store.openRememberedIds().expire(Date.now());
   const files = new SnapshotFiles(a.dir);
   const file = await files.write(toSnapshot(state));
   await files.close();

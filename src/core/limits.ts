@@ -76,5 +76,10 @@ export const MAX_RANGE_DAYS = 366;
  * HyperLogLog sketch. 4096 hashes merge in ~0.1 ms, a sketch costs 64 KiB, so small days stay exact and cheap.
  */
 export const EXACT_USERS_PER_DAY = 4096;
+/**
+ * A range whose parts are all exact is unioned exactly up to this many user hashes (~3 ms); past it, hashes go into
+ * a sketch (~20 ns each) instead: within the contract's 1 %, and a 30-day read of 2,700-user days stays under 5 ms.
+ */
+export const RANGE_EXACT_HASHES = 32_768;
 /** HyperLogLog precision: 2^16 registers give 0.41 % standard error, so a range is within 1 % at 2.4 sigma. */
 export const HLL_PRECISION = 16;

@@ -3,7 +3,7 @@ import { formatRate } from './day-aggregate.ts';
 import type { DayFigures, LiveDays, RangePart, SealedSource } from './day-view.ts';
 import { daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { MAX_RANGE_DAYS, RECENT_RETURNED } from './limits.ts';
+import { MAX_RANGE_DAYS, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
 import type { AnalyticsState } from './state.ts';
 import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
@@ -127,10 +127,15 @@ function addFigures(a: DayFigures, b: DayFigures): DayFigures {
   };
 }
 
-/** Exact while every part keeps its user hashes; a sketch merge (within 1 %) once any part is sketched. */
+/**
+ * Exact while every part keeps its user hashes and they are few (RANGE_EXACT_HASHES); a sketch merge (within 1 %)
+ * once any part is sketched or the union would be large.
+ */
 function distinctUsers(parts: RangePart[]): number {
   if (parts.length === 0) return 0;
-  if (parts.every((d) => d.sketch === undefined)) {
+  let hashes = 0;
+  for (const d of parts) for (const f of d.figures()) hashes += f.users;
+  if (hashes <= RANGE_EXACT_HASHES && parts.every((d) => d.sketch === undefined)) {
     const union = new NumberSet();
     const add = (u: number) => void union.add(u);
     for (const d of parts) d.forEachUser(add);

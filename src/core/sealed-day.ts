@@ -17,10 +17,11 @@ import { NumberSet } from './number-table.ts';
 export const SEALED_VERSION = 1;
 
 /**
- * A month rollup keeps its users exact (the union of its days' hashes) up to this many (512 KiB); past it, a sketch.
- * A month of small days stays exact like the days it merges; a larger one is within the sketch's 1 %.
+ * A month rollup keeps its users exact (the union of its days' hashes) up to as many as a day does; past it, a
+ * sketch, so a long range merges registers instead of unioning hundreds of thousands of hashes (a 12-month read of
+ * 2,700-user days took 32 ms as an exact union). Ranges are within 1 % by contract; single days stay exact.
  */
-export const ROLLUP_EXACT_USERS = 65_536;
+export const ROLLUP_EXACT_USERS = EXACT_USERS_PER_DAY;
 
 export type Pairs = Array<[string, number]>;
 
