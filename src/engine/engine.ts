@@ -9,7 +9,7 @@ import type { SealedSource } from '../core/day-view.ts';
 import { metrics, resolveRange } from '../core/metrics.ts';
 import { sealedSource } from '../core/sealed-source.ts';
 import { normalizeEvent } from '../core/normalize.ts';
-import { collectSealable, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
@@ -40,6 +40,9 @@ import type {
 const DEFAULT_MONTHLY_QUOTA = 100_000;
 /** Prune remembered eventIds this often; they expire after 48 h, so hourly keeps at most ~49 h of them. */
 const PRUNE_EVERY_MS = 3_600_000;
+/** Records examined per retention slice before yielding to requests. */
+const RETENTION_SLICE = 10_000;
+const DAY_MS = 86_400_000;
 /** Re-check that storage accepts writes this often while idle (health). */
 const HEALTH_PROBE_EVERY_MS = 10_000;
 /** Salts rotate at midnight UTC; checking each minute keeps the rotation within a minute of it. */
@@ -485,7 +488,10 @@ export class Engine implements AnalyticsEngine {
       this.timers.push(t);
     };
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
-    every(PRUNE_EVERY_MS, async () => void (await this.ids.expire(this.now())));
+    every(PRUNE_EVERY_MS, async () => {
+      await this.ids.expire(this.now());
+      await this.applyRetention();
+    });
     every(SALT_CHECK_EVERY_MS, () => this.enricher.rotateSalts(this.now()));
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
@@ -511,6 +517,35 @@ export class Engine implements AnalyticsEngine {
     await this.snapshotter.snapshotIfChanged();
     await this.snapshotter.close();
     await this.store.close();
+  }
+
+  /**
+   * ANALYTICS_LOG_RETENTION_DAYS: removes the oldest log records while each was received before the retention and
+   * belongs to a sealed day (its aggregates are in the sealed store, so nothing read changes), never past the oldest
+   * snapshot kept (a restart replays the log after it). The log stays a contiguous suffix; returns records removed.
+   */
+  async applyRetention(): Promise<number> {
+    const days = this.config.logRetentionDays;
+    if (days === undefined) return 0;
+    const cutoff = this.now() - days * DAY_MS;
+    const limit = this.snapshotter.oldestKeptSeq();
+    let keepFrom = this.store.firstSeq();
+    for (;;) {
+      let n = 0;
+      let stopped = false;
+      for (const { seq, record } of this.store.readAfter(keepFrom - 1)) {
+        const live = this.state.projects.get(record.p)?.days.get(record.day);
+        if (seq > limit || record.rt >= cutoff || live !== undefined || sealAt(record.day) > this.state.maxRt) {
+          stopped = true;
+          break;
+        }
+        keepFrom = seq + 1;
+        if (++n === RETENTION_SLICE) break;
+      }
+      if (stopped || n < RETENTION_SLICE) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return this.store.deleteBelow(keepFrom);
   }
 
   /** For tests and benches: wait until every day handed over for sealing is written. */

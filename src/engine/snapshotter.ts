@@ -50,6 +50,11 @@ export class Snapshotter {
     while (this.writing) await this.writing;
   }
 
+  /** The log must keep every record after this sequence: the oldest snapshot a restart may fall back on. */
+  oldestKeptSeq(): number {
+    return this.files.oldestSeq();
+  }
+
   /** Stops the writer thread (after idle). */
   async close(): Promise<void> {
     await this.idle();

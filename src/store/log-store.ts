@@ -53,6 +53,8 @@ const MAP_SIZE = 2 ** 40;
  * Logs written before this still decode (plain msgpack maps are always readable).
  */
 const STRUCTURES_KEY = 0;
+/** Records removed per retention transaction: keeps each commit short. */
+const DELETE_SLICE = 10_000;
 
 export class LogStore {
   private readonly root: RootDatabase;
@@ -108,6 +110,35 @@ export class LogStore {
   /** Records after `afterSeq`, in order. */
   *readAfter(afterSeq: number): Generator<{ seq: number; record: LogRecord }> {
     for (const { key, value } of this.log.getRange({ start: afterSeq + 1 })) yield { seq: key, record: value };
+  }
+
+  /** Sequence of the oldest record still in the log (retention removes a prefix; 1 when nothing was removed). */
+  firstSeq(): number {
+    return (this.meta.get('log_start_seq') as number | undefined) ?? 1;
+  }
+
+  /**
+   * Removes the records with sequence < `seq` (retention), in slices, and records that the log now starts at `seq`
+   * (the marker is written first, so a crash midway leaves a log that says where it starts). Key 0 (msgpackr's shared
+   * structures) stays.
+   */
+  async deleteBelow(seq: number): Promise<number> {
+    const start = this.firstSeq();
+    if (seq <= start) return 0;
+    await this.meta.put('log_start_seq', seq);
+    await this.root.flushed;
+    let removed = 0;
+    for (let from = start; from < seq; from += DELETE_SLICE) {
+      const to = Math.min(seq, from + DELETE_SLICE);
+      await this.log.transaction(() => {
+        for (const key of this.log.getKeys({ start: Math.max(1, from), end: to })) {
+          void this.log.remove(key);
+          removed++;
+        }
+      });
+    }
+    await this.root.flushed;
+    return removed;
   }
 
   countAfter(afterSeq: number): number {

@@ -111,6 +111,12 @@ export class SnapshotFiles {
     return undefined;
   }
 
+  /** Sequence of the oldest snapshot kept (0 when there is none): the log must keep every record after it. */
+  oldestSeq(): number {
+    const first = this.files()[0];
+    return first === undefined ? 0 : Number(NAME.exec(first)![1]);
+  }
+
   files(): string[] {
     return readdirSync(this.dir).filter((f) => NAME.test(f)).sort();
   }
