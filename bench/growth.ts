@@ -31,11 +31,11 @@ export const GROWTH_FULL: GrowthParams = {
 };
 
 export const GROWTH_QUICK: GrowthParams = {
-  a: { events: 1_000_000, days: 365 },
-  b: { projects: 1_000, events: 1_000_000, days: 365 },
-  c: { events: 1_000_000, days: 30, rate: 2000, seconds: 8 },
-  d: { events: 300_000, batch: 100 },
-  readMs: 1500,
+  a: { events: 500_000, days: 365 },
+  b: { projects: 300, events: 300_000, days: 365 },
+  c: { events: 300_000, days: 30, rate: 2000, seconds: 6 },
+  d: { events: 200_000, batch: 100 },
+  readMs: 1000,
 };
 
 const WORKER = path.join(REPO_ROOT, 'bench/growth/growth-worker.ts');

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { open as openFile, rename } from 'node:fs/promises';
 import { serialize } from 'node:v8';
+import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
 import type { SnapshotData } from '../core/snapshot.ts';
 import { frameHeader, MAGIC } from './snapshot-format.ts';
@@ -45,6 +46,17 @@ async function write({ data, file }: WriteRequest): Promise<number> {
   }
   await rename(tmp, file);
   return bytes;
+}
+
+/**
+ * Lowest CPU priority for this thread only (on Linux, setpriority of "process 0" is the calling thread): on a small
+ * machine the snapshot writer must not take a core from the event loop or LMDB's writer while requests wait.
+ */
+const BACKGROUND_NICE = 19;
+try {
+  setPriority(BACKGROUND_NICE);
+} catch {
+  // not permitted here: the snapshot still gets written, at normal priority
 }
 
 parentPort!.on('message', (req: WriteRequest) => {
