@@ -1,7 +1,7 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
-import type { RingEntry } from './recent-ring.ts';
+import type { RecentRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
 /**
@@ -30,8 +30,10 @@ export interface DaySnapshot {
 
 export interface ProjectSnapshot {
   id: string;
-  days: DaySnapshot[];
-  recent: RingEntry[];
+  /** each live day, or as the caller's encoder gave it (the store decodes encoded days before restoring) */
+  days: Array<DaySnapshot | Encoded>;
+  /** the ring, oldest first, 9 values per entry (RecentRing.packed), or as the caller's encoder gave it */
+  recent: Array<string | number> | Uint8Array | Encoded;
   monthly: Pairs;
 }
 
@@ -42,30 +44,52 @@ export interface SnapshotData {
   projects: ProjectSnapshot[];
 }
 
-export function toSnapshot(state: AnalyticsState): SnapshotData {
+/**
+ * A day or ring the engine serialized itself: `bytes` when it changed since the last snapshot, else only its key (the
+ * snapshot writer keeps the bytes it was last given under that key), so unchanged state is neither walked nor copied.
+ */
+export interface Encoded {
+  key: string;
+  bytes?: Uint8Array;
+}
+
+/** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */
+export type RingEncoder = (projectId: string, ring: RecentRing) => Array<string | number> | Encoded;
+
+/** How a snapshot holds a live day: as data by default; the engine passes an encoder that caches unchanged days. */
+export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Encoded;
+
+/** One live day as plain data (its hash tables copied as they are in memory). */
+export function daySnapshot(d: DayAggregate): DaySnapshot {
+  const breakdowns: Record<string, Pairs> = {};
+  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  return {
+    day: d.day,
+    firstSeq: d.firstSeq,
+    lastSeq: d.lastSeq,
+    pageviews: d.pageviews,
+    bounces: d.bounces,
+    sessionsWithPageview: d.sessionsWithPageview,
+    bots: d.bots,
+    sessions: d.sessions.raw(),
+    users: d.users.raw(),
+    breakdowns,
+  };
+}
+
+export function toSnapshot(
+  state: AnalyticsState,
+  encodeRing: RingEncoder = (_, r) => r.packed(),
+  encodeDay: DayEncoder = (_, d) => daySnapshot(d),
+): SnapshotData {
   const projects: ProjectSnapshot[] = [];
   for (const [id, p] of state.projects) {
-    const days: DaySnapshot[] = [];
-    for (const d of p.days.values()) {
-      const breakdowns: Record<string, Pairs> = {};
-      for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
-      days.push({
-        day: d.day,
-        firstSeq: d.firstSeq,
-        lastSeq: d.lastSeq,
-        pageviews: d.pageviews,
-        bounces: d.bounces,
-        sessionsWithPageview: d.sessionsWithPageview,
-        bots: d.bots,
-        sessions: d.sessions.raw(),
-        users: d.users.raw(),
-        breakdowns,
-      });
-    }
+    const days: Array<DaySnapshot | Encoded> = [];
+    for (const d of p.days.values()) days.push(encodeDay(id, d));
     projects.push({
       id,
       days,
-      recent: p.recent.oldestFirst(),
+      recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
     });
   }
@@ -81,7 +105,9 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
   state.nextSealCheck = 0;
   for (const ps of data.projects) {
     const p = state.project(ps.id);
-    for (const ds of ps.days) {
+    for (const encoded of ps.days) {
+      if ('key' in encoded) throw new Error('a day still encoded: the store decodes days before restoring');
+      const ds = encoded;
       const d = new DayAggregate(ds.day);
       d.firstSeq = ds.firstSeq;
       d.lastSeq = ds.lastSeq;
@@ -96,7 +122,8 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       for (const [name, c] of d.breakdowns()) for (const [k, v] of ds.breakdowns[name] ?? []) c.counts.set(k, v);
       p.days.set(ds.day, d);
     }
-    for (const e of ps.recent) p.recent.push(e);
+    if (!Array.isArray(ps.recent)) throw new Error('a ring still encoded: the store decodes rings before restoring');
+    p.recent.pushPacked(ps.recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
   }
   return state;

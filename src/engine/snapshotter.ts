@@ -1,4 +1,5 @@
-import { toSnapshot } from '../core/snapshot.ts';
+import { serialize } from 'node:v8';
+import { daySnapshot, toSnapshot, type Encoded } from '../core/snapshot.ts';
 import { apply, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord } from '../core/types.ts';
 import type { SnapshotFiles } from '../store/snapshot-files.ts';
@@ -12,6 +13,13 @@ import type { SnapshotFiles } from '../store/snapshot-files.ts';
 export class Snapshotter {
   private lastSnapshotSeq: number;
   private writing: Promise<void> | undefined;
+  /**
+   * What the snapshot writer already holds, by key: a ring's version, a live day's first and last sequence. Unchanged
+   * rings and days (an idle project's: most of them) are sent as their key alone, so a capture walks and copies only
+   * what changed since the last snapshot (cloning every ring and day of 300 projects took 400–800 ms).
+   */
+  private readonly sent = new Map<string, string>();
+  private writerGeneration = -1;
 
   constructor(
     private readonly state: AnalyticsState,
@@ -33,17 +41,37 @@ export class Snapshotter {
 
   async snapshot(): Promise<void> {
     while (this.writing) await this.writing;
-    const data = toSnapshot(this.state);
+    if (this.files.generation !== this.writerGeneration) {
+      this.sent.clear(); // a new writer thread holds nothing yet
+      this.writerGeneration = this.files.generation;
+    }
+    const seen = new Set<string>();
+    const data = toSnapshot(
+      this.state,
+      (id, ring) => this.encode(`r\u0000${id}`, String(ring.version), seen, () => ring.packed()),
+      (id, day) => this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day)),
+    );
+    for (const key of this.sent.keys()) if (!seen.has(key)) this.sent.delete(key);
     this.writing = this.files
       .write(data)
       .then(() => {
         this.lastSnapshotSeq = data.lastSeq;
       })
-      .catch((err: unknown) => this.log(`snapshot failed: ${err instanceof Error ? err.message : String(err)}`))
+      .catch((err: unknown) => {
+        this.sent.clear(); // send everything next time
+        this.log(`snapshot failed: ${err instanceof Error ? err.message : String(err)}`);
+      })
       .finally(() => {
         this.writing = undefined;
       });
     await this.writing;
+  }
+
+  private encode(key: string, version: string, seen: Set<string>, value: () => unknown): Encoded {
+    seen.add(key);
+    if (this.sent.get(key) === version) return { key };
+    this.sent.set(key, version);
+    return { key, bytes: serialize(value()) };
   }
 
   async idle(): Promise<void> {

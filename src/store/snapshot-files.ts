@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync, fsyncSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
@@ -21,6 +21,8 @@ export class SnapshotFiles {
   private readonly dir: string;
   private worker: Worker | undefined;
   private nextId = 0;
+  /** bumped whenever a new writer thread starts (it holds none of the bytes an earlier one was sent) */
+  generation = 0;
   private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
 
   constructor(dataDir: string) {
@@ -34,9 +36,19 @@ export class SnapshotFiles {
    */
   async write(data: SnapshotData): Promise<string> {
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
+    // Typed arrays of days given as data are copies made by the capture: transfer them instead of copying again.
+    // Days and rings the caller serialized are fresh too (unchanged ones come as their key alone).
     const transfer: ArrayBuffer[] = [];
+    const own = (b: Uint8Array) => {
+      if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) transfer.push(b.buffer as ArrayBuffer);
+    };
     for (const p of data.projects) {
+      if ('key' in p.recent && p.recent.bytes) own(p.recent.bytes);
       for (const d of p.days) {
+        if ('key' in d) {
+          if (d.bytes) own(d.bytes);
+          continue;
+        }
         transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
       }
     }
@@ -49,12 +61,6 @@ export class SnapshotFiles {
       await done;
     } finally {
       if (this.waiting.size === 0) worker.unref();
-    }
-    const fd = openSync(this.dir, 'r');
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
     }
     this.prune();
     return file;
@@ -82,6 +88,7 @@ export class SnapshotFiles {
     });
     w.unref();
     this.worker = w;
+    this.generation++;
     return w;
   }
 
@@ -162,7 +169,9 @@ function readSnapshot(file: string): SnapshotData {
       const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
       const days: DaySnapshot[] = [];
       for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
-      projects.push({ ...p, days });
+      // A ring the snapshotter sent as bytes (see Snapshotter.encodeRing) is a serialized packed array.
+      const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as Array<string | number>) : p.recent;
+      projects.push({ ...p, recent, days });
     }
     return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
   } finally {
