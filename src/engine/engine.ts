@@ -107,6 +107,7 @@ export class Engine implements AnalyticsEngine {
     // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
     collectSealable(state);
     this.sealer.kick();
+    void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
   }
 
   static async open(opts: EngineOptions): Promise<Engine> {

@@ -10,6 +10,9 @@ import type { SnapshotFiles } from '../store/snapshot-files.ts';
  * as of `lastSeq`: hash tables copied with a memcpy each, no per-key work) and serialized, hashed and written by a
  * worker thread; only one is written at a time.
  */
+/** Main-thread time per warm-up slice: well under the 50 ms a request may wait. */
+const PREWARM_SLICE_MS = 8;
+
 export class Snapshotter {
   private lastSnapshotSeq: number;
   private writing: Promise<void> | undefined;
@@ -41,9 +44,10 @@ export class Snapshotter {
 
   async snapshot(): Promise<void> {
     while (this.writing) await this.writing;
-    if (this.files.generation !== this.writerGeneration) {
+    const generation = this.files.writerGeneration();
+    if (generation !== this.writerGeneration) {
       this.sent.clear(); // a new writer thread holds nothing yet
-      this.writerGeneration = this.files.generation;
+      this.writerGeneration = generation;
     }
     const seen = new Set<string>();
     const data = toSnapshot(
@@ -65,6 +69,38 @@ export class Snapshotter {
         this.writing = undefined;
       });
     await this.writing;
+  }
+
+  /**
+   * After startup the writer holds nothing, so the first snapshot would serialize the whole live state on the main
+   * thread. This walks it beforehand in slices of a few ms (yielding to requests between them) and hands the bytes to
+   * the writer; what changes meanwhile is simply sent again by the capture (versions tell).
+   */
+  async prewarm(): Promise<void> {
+    const generation = this.files.writerGeneration();
+    if (generation !== this.writerGeneration) {
+      this.sent.clear();
+      this.writerGeneration = generation;
+    }
+    const seen = new Set<string>();
+    let batch: Encoded[] = [];
+    let sliceStart = performance.now();
+    const flush = async () => {
+      const items = batch.filter((e) => e.bytes);
+      batch = [];
+      if (items.length > 0) this.files.preload(items);
+      await new Promise((resolve) => setImmediate(resolve));
+      sliceStart = performance.now();
+    };
+    for (const [id, p] of [...this.state.projects]) {
+      batch.push(this.encode(`r\u0000${id}`, String(p.recent.version), seen, () => p.recent.packed()));
+      for (const day of [...p.days.values()]) {
+        batch.push(this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day)));
+        if (performance.now() - sliceStart > PREWARM_SLICE_MS) await flush();
+      }
+      if (performance.now() - sliceStart > PREWARM_SLICE_MS) await flush();
+    }
+    await flush();
   }
 
   private encode(key: string, version: string, seen: Set<string>, value: () => unknown): Encoded {

@@ -3,7 +3,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'n
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
-import type { DaySnapshot, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
+import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC } from './snapshot-format.ts';
 
 /**
@@ -22,7 +22,8 @@ export class SnapshotFiles {
   private worker: Worker | undefined;
   private nextId = 0;
   /** bumped whenever a new writer thread starts (it holds none of the bytes an earlier one was sent) */
-  generation = 0;
+  private started = 0;
+  private closed = false;
   private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
 
   constructor(dataDir: string) {
@@ -66,6 +67,23 @@ export class SnapshotFiles {
     return file;
   }
 
+  /**
+   * Hands the writer thread bytes ahead of a snapshot (the snapshotter's warm-up after startup), so the next capture
+   * can send them as keys. Messages are handled in order, so a later write sees them.
+   */
+  /** Which writer thread will take the next write (starting one if needed): a new one holds nothing yet. */
+  writerGeneration(): number {
+    if (!this.closed) this.startWorker();
+    return this.started;
+  }
+
+  preload(items: Encoded[]): void {
+    if (this.closed) return;
+    const transfer: ArrayBuffer[] = [];
+    for (const e of items) if (e.bytes && e.bytes.byteOffset === 0 && e.bytes.byteLength === e.bytes.buffer.byteLength) transfer.push(e.bytes.buffer as ArrayBuffer);
+    this.startWorker().postMessage({ preload: items }, transfer);
+  }
+
   private startWorker(): Worker {
     if (this.worker) return this.worker;
     // The worker is TypeScript like the rest: it registers the loader the service runs under (tsx) first. Node 20
@@ -88,11 +106,12 @@ export class SnapshotFiles {
     });
     w.unref();
     this.worker = w;
-    this.generation++;
+    this.started++;
     return w;
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     const w = this.worker;
     this.worker = undefined;
     if (w) await w.terminate();

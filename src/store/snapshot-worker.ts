@@ -85,7 +85,11 @@ try {
   // not permitted here: the snapshot still gets written, at normal priority
 }
 
-parentPort!.on('message', (req: WriteRequest) => {
+parentPort!.on('message', (req: WriteRequest | { preload: Encoded[] }) => {
+  if ('preload' in req) {
+    for (const e of req.preload) if (e.bytes) held.set(e.key, e.bytes);
+    return;
+  }
   write(req).then(
     (bytes) => parentPort!.postMessage({ id: req.id, ok: true, bytes }),
     (err: unknown) => parentPort!.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
