@@ -1,0 +1,16 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { BenchChild, REPO_ROOT } from './bench/lib/child.ts';
+const W = path.join(REPO_ROOT, 'bench/state/state-worker.ts');
+const args = ['--expose-gc', '--max-old-space-size=8192'];
+const dir = mkdtempSync(path.join(tmpdir(), 'sc-'));
+const run = async (cmd: string, a: object) => { const c = new BenchChild(W, { nodeArgs: args }); try { return await c.call<any>(cmd, a); } finally { await c.stop(); } };
+const lastDay = new Date().toISOString().slice(0, 10);
+const b = await run('build', { dir, events: 2_000_000, days: 30, lastDay, metricsIterations: 200 });
+console.log('fold ev/s', Math.round(b.foldEventsPerSec), 'core p95 1/7/30d', b.core.map((r: any) => r.latency.p95).join(' / '), 'toSnapshot ms', b.toSnapshotMs.toFixed(0), 'snapshot bytes', b.snapshotBytes);
+const r = await run('restore', { dir });
+console.log('restore ms', r.totalMs.toFixed(0), 'rss MiB', (r.rssBytes / 2 ** 20).toFixed(0));
+const p = await run('replay', { dir });
+console.log('replay ev/s', Math.round(p.eventsPerSec), 'decode-only', Math.round(p.decodeOnlyPerSec));
+rmSync(dir, { recursive: true, force: true });
