@@ -85,10 +85,19 @@ export class RememberedIds {
 
   private async rebuild(now: number): Promise<void> {
     const table = new NumberCounts();
-    let n = 0;
-    for (const { key, value } of this.db.getRange()) {
-      if (now - value < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(value / 1000));
-      if (++n % EXPIRE_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+    // Slice by key like expire(): no read transaction is held across turns.
+    let start: IdKey | undefined;
+    for (;;) {
+      let seen = 0;
+      let last: IdKey | undefined;
+      for (const { key, value } of this.db.getRange(start ? { start } : {})) {
+        if (seen++ >= EXPIRE_SLICE) break;
+        last = key;
+        if (now - value < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(value / 1000));
+      }
+      if (seen <= EXPIRE_SLICE || !last) break;
+      start = last;
+      await new Promise((resolve) => setImmediate(resolve));
     }
     // Ids committed while rebuilding are in LMDB but may be missing here: add what the old table knew past `now`.
     this.table.forEachEntry((k, s) => {
