@@ -100,7 +100,7 @@ export class Engine implements AnalyticsEngine {
     this.startedAt = now();
     for (const p of store.listProjects()) this.projects.set(p.id, p);
     this.ids = store.openRememberedIds();
-    this.ids.load(now());
+    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
     const sealedStore = store.openSealedStore();
     this.sealed = sealedSource(sealedStore);
     this.sealer = new Sealer(state, sealedStore, log);
@@ -517,6 +517,7 @@ export class Engine implements AnalyticsEngine {
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
     await this.snapshotter.close();
+    await this.ids.stop();
     await this.store.close();
   }
 

@@ -18,10 +18,34 @@ export type IdKey = [string, string];
 
 export class RememberedIds {
   private table = new NumberCounts();
+  /** false while the table is being filled from LMDB at startup: lookups then go to LMDB directly (~2.4 µs) */
+  private ready = true;
+  /** set by stop(): background passes end at their next slice */
+  private stopped = false;
+  private running: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly db: Database<number, IdKey>) {}
 
-  /** Fills the table from LMDB (startup): only ids still inside the window at `now`. */
+  /**
+   * Startup: drops expired ids and fills the table from LMDB in slices, in the background, so starting does not wait
+   * for a scan of 48 hours of ids (nor map every page of the file at once); until then lookups ask LMDB.
+   */
+  async start(now: number): Promise<void> {
+    this.ready = false;
+    try {
+      await this.expire(now, true);
+    } finally {
+      this.ready = true;
+    }
+  }
+
+  /** Ends background passes (before the store closes). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.running.catch(() => {});
+  }
+
+  /** Fills the table from LMDB at once: only ids still inside the window at `now`. */
   load(now: number): number {
     const table = new NumberCounts((this.db.getStats() as { entryCount: number }).entryCount);
     for (const { key, value } of this.db.getRange()) {
@@ -38,6 +62,10 @@ export class RememberedIds {
 
   /** Was `eventId` stored for the project within the de-duplication window at `now`? */
   has(projectId: string, eventId: string, now: number): boolean {
+    if (!this.ready) {
+      const rt = this.db.get([projectId, eventId]);
+      return rt !== undefined && now - rt < DEDUP_WINDOW_MS;
+    }
     const seconds = this.table.get(hash53(`${projectId}\u0000${eventId}`));
     if (seconds < 0 || now - seconds * 1000 >= DEDUP_WINDOW_MS + 1000) return false;
     const rt = this.db.get([projectId, eventId]);
@@ -57,7 +85,13 @@ export class RememberedIds {
    * Removes ids older than the window from LMDB, in slices that yield between them, then rebuilds the table from
    * what is left (a table has no delete; rebuilding ~10M entries is a few hundred ms of typed-array work, sliced too).
    */
-  async expire(now: number): Promise<number> {
+  async expire(now: number, rebuild = false): Promise<number> {
+    const pass = this.expirePass(now, rebuild);
+    this.running = pass;
+    return pass;
+  }
+
+  private async expirePass(now: number, rebuild: boolean): Promise<number> {
     let removed = 0;
     let start: IdKey | undefined;
     for (;;) {
@@ -75,11 +109,11 @@ export class RememberedIds {
         });
       }
       removed += dead.length;
-      if (seen <= EXPIRE_SLICE || !last) break;
+      if (seen <= EXPIRE_SLICE || !last || this.stopped) break;
       start = last;
       await new Promise((resolve) => setImmediate(resolve));
     }
-    if (removed > 0) await this.rebuild(now);
+    if ((removed > 0 || rebuild) && !this.stopped) await this.rebuild(now);
     return removed;
   }
 
@@ -96,6 +130,7 @@ export class RememberedIds {
         if (now - value < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(value / 1000));
       }
       if (seen <= EXPIRE_SLICE || !last) break;
+      if (this.stopped) return; // keep the table we have
       start = last;
       await new Promise((resolve) => setImmediate(resolve));
     }
