@@ -7,6 +7,7 @@ import { runIngest, BATCH_SIZE, CONNECTIONS, type IngestResults } from './ingest
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median } from './lib/latency.ts';
 import { Progress } from './lib/progress.ts';
+import { GROWTH_FULL, GROWTH_QUICK, growthRows, runGrowth, type GrowthResults } from './growth.ts';
 import { renderTable, type Row } from './report.ts';
 import { runState, type StateResults } from './state.ts';
 
@@ -17,6 +18,9 @@ import { runState, type StateResults } from './state.ts';
  */
 
 const quick = process.argv.includes('--quick');
+/** `--growth`: only the growth section (issue 18), full size unless `--quick`; `--quick` alone also runs it, scaled down. */
+const growthOnly = process.argv.includes('--growth');
+const GROWTH = quick ? GROWTH_QUICK : GROWTH_FULL;
 
 const PARAMS = quick
   ? {
@@ -53,6 +57,12 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const started = Date.now();
   try {
+    if (growthOnly) {
+      const growth = await runGrowth(tmp, GROWTH, progress);
+      progress.done();
+      finish(growthRows(growth, GROWTH), notes, started, { growth });
+      return;
+    }
     progress.show(`ingest: floors, service, gRPC (${PARAMS.ingest.rounds} rounds of ${PARAMS.ingest.roundMs / 1000}s)`);
     const ingest = await runIngest(tmp, PARAMS.ingest, progress);
 
@@ -79,39 +89,46 @@ async function main(): Promise<void> {
     } else notes.push('src/tracker/build.ts is missing: the tracker row is skipped');
 
     const state = await runState(tmp, PARAMS.state, progress);
+    let growth: GrowthResults | undefined;
+    if (quick) growth = await runGrowth(tmp, GROWTH, progress);
     progress.next('writing results');
 
     if ('skipped' in ingest.grpc) notes.push(`gRPC rows skipped: ${ingest.grpc.skipped}`);
     const rows = buildRows(ingest, state, enrich, trackerGzip, pipeline);
+    if (growth) rows.push(...growthRows(growth, GROWTH));
     for (const r of [ingest.serviceSingle, ingest.serviceSingleNoUa, ingest.serviceBatch, ingest.lmdbSingle, ingest.bareSingle]) {
       if (r.errors) notes.push(`${r.name}: some answers were not 200, e.g. ${r.errors}`);
     }
     for (const h of state.http) if (h.errors) notes.push(`GET /metrics ${h.days}d: ${h.errors}`);
     progress.done();
 
-    const table = renderTable(rows);
-    const header = `Benchmarks${quick ? ' (--quick)' : ''}: ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}), Node ${process.version}, ${new Date().toISOString()}, ${Math.round((Date.now() - started) / 1000)} s`;
-    process.stdout.write(`\n${header}\n\n${table}\n`);
-    if (notes.length > 0) process.stdout.write(`\nNotes:\n${notes.map((n) => `- ${n}`).join('\n')}\n`);
-
-    const out = path.join(REPO_ROOT, 'bench/results');
-    mkdirSync(out, { recursive: true });
-    const json = {
-      date: new Date().toISOString(),
-      quick,
-      seconds: Math.round((Date.now() - started) / 1000),
-      machine: { cpus: cpus().length, model: cpus()[0]?.model.trim(), memBytes: totalmem(), node: process.version },
-      params: PARAMS,
-      rows,
-      notes,
-      raw: { ingest, state, enrich, trackerGzip, pipeline },
-    };
-    writeFileSync(path.join(out, 'latest.json'), `${JSON.stringify(json, null, 2)}\n`);
-    process.stdout.write(`\nwritten to bench/results/latest.json\n`);
+    finish(rows, notes, started, { ingest, state, enrich, trackerGzip, pipeline, growth });
   } finally {
     progress.done();
     rmSync(tmp, { recursive: true, force: true });
   }
+}
+
+function finish(rows: Row[], notes: string[], started: number, raw: object): void {
+  const table = renderTable(rows);
+  const header = `Benchmarks${quick ? ' (--quick)' : ''}${growthOnly ? ' (--growth)' : ''}: ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}), Node ${process.version}, ${new Date().toISOString()}, ${Math.round((Date.now() - started) / 1000)} s`;
+  process.stdout.write(`\n${header}\n\n${table}\n`);
+  if (notes.length > 0) process.stdout.write(`\nNotes:\n${notes.map((n) => `- ${n}`).join('\n')}\n`);
+  const out = path.join(REPO_ROOT, 'bench/results');
+  mkdirSync(out, { recursive: true });
+  const json = {
+    date: new Date().toISOString(),
+    quick,
+    growthOnly,
+    seconds: Math.round((Date.now() - started) / 1000),
+    machine: { cpus: cpus().length, model: cpus()[0]?.model.trim(), memBytes: totalmem(), node: process.version },
+    params: { ...PARAMS, growth: GROWTH },
+    rows,
+    notes,
+    raw,
+  };
+  writeFileSync(path.join(out, growthOnly ? 'growth.json' : 'latest.json'), `${JSON.stringify(json, null, 2)}\n`);
+  process.stdout.write(`\nwritten to bench/results/${growthOnly ? 'growth.json' : 'latest.json'}\n`);
 }
 
 const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a');

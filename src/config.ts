@@ -28,6 +28,8 @@ const EnvSchema = z.object({
   ANALYTICS_SNAPSHOT_INTERVAL_MS: z.coerce.number().int().min(1000).default(5 * 60 * 1000),
   /** and after this many events since the last snapshot */
   ANALYTICS_SNAPSHOT_EVERY_EVENTS: z.coerce.number().int().min(1).default(1_000_000),
+  /** remove raw log events of sealed days older than this many days (aggregates stay); unset: keep everything */
+  ANALYTICS_LOG_RETENTION_DAYS: z.coerce.number().int().min(1).optional(),
   /** default per-key token bucket (CONTRACT: 1,000/s, burst 2,000) */
   ANALYTICS_RATE_PER_KEY: z.coerce.number().positive().default(1000),
   ANALYTICS_BURST_PER_KEY: z.coerce.number().positive().default(2000),
@@ -53,6 +55,7 @@ export interface Config {
   geoDbPath: string | undefined;
   snapshotIntervalMs: number;
   snapshotEveryEvents: number;
+  logRetentionDays: number | undefined;
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
   metricsPort: number | undefined;
@@ -83,6 +86,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     geoDbPath: e.ANALYTICS_GEO_DB,
     snapshotIntervalMs: e.ANALYTICS_SNAPSHOT_INTERVAL_MS,
     snapshotEveryEvents: e.ANALYTICS_SNAPSHOT_EVERY_EVENTS,
+    logRetentionDays: e.ANALYTICS_LOG_RETENTION_DAYS,
     rate: Object.freeze({
       perKey: e.ANALYTICS_RATE_PER_KEY,
       burstPerKey: e.ANALYTICS_BURST_PER_KEY,

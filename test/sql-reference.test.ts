@@ -3,7 +3,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
+import { testClock } from './contract-helpers.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
 
 /**
@@ -108,18 +109,18 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function sql<T>(query: string): T[] {
-  const out = execFileSync('sqlite3', ['-json', db, query], { encoding: 'utf8' });
+function sql<T>(query: string, file = db): T[] {
+  const out = execFileSync('sqlite3', ['-json', file, query], { encoding: 'utf8' });
   return out.trim() === '' ? [] : (JSON.parse(out) as T[]);
 }
 
-function breakdown(query: string): Record<string, number> {
-  return Object.fromEntries(sql<{ k: string; n: number }>(query).map((r) => [r.k, r.n]));
+function breakdown(query: string, file = db): Record<string, number> {
+  return Object.fromEntries(sql<{ k: string; n: number }>(query, file).map((r) => [r.k, r.n]));
 }
 
-function expected(from: string, to: string) {
+function expected(from: string, to: string, file = db) {
   const w = `day BETWEEN '${from}' AND '${to}'`;
-  const one = <T>(q: string) => sql<T>(q)[0]!;
+  const one = <T>(q: string) => sql<T>(q, file)[0]!;
   const { users } = one<{ users: number }>(`SELECT COUNT(DISTINCT user) users FROM e WHERE ${w}`);
   const { sessions } = one<{ sessions: number }>(`SELECT COUNT(*) sessions FROM (SELECT DISTINCT session, day FROM e WHERE ${w})`);
   const { pageviews } = one<{ pageviews: number }>(`SELECT COUNT(*) pageviews FROM e WHERE ${w} AND event = 'page_view'`);
@@ -132,16 +133,16 @@ function expected(from: string, to: string) {
     sessions,
     pageviews,
     bounceRate: s ? `${(((b ?? 0) / s) * 100).toFixed(1)}%` : '0.0%',
-    trafficSources: breakdown(`SELECT e.source k, COUNT(*) n FROM ${first} GROUP BY k`),
-    countries: breakdown(`SELECT e.country k, COUNT(*) n FROM ${first} GROUP BY k`),
-    devices: breakdown(`SELECT e.device k, COUNT(*) n FROM ${first} GROUP BY k`),
-    pages: breakdown(`SELECT path k, COUNT(*) n FROM e WHERE ${w} AND event = 'page_view' GROUP BY k`),
-    events: breakdown(`SELECT event k, COUNT(*) n FROM e WHERE ${w} GROUP BY k`),
+    trafficSources: breakdown(`SELECT e.source k, COUNT(*) n FROM ${first} GROUP BY k`, file),
+    countries: breakdown(`SELECT e.country k, COUNT(*) n FROM ${first} GROUP BY k`, file),
+    devices: breakdown(`SELECT e.device k, COUNT(*) n FROM ${first} GROUP BY k`, file),
+    pages: breakdown(`SELECT path k, COUNT(*) n FROM e WHERE ${w} AND event = 'page_view' GROUP BY k`, file),
+    events: breakdown(`SELECT event k, COUNT(*) n FROM e WHERE ${w} GROUP BY k`, file),
   };
 }
 
-async function actual(query: string) {
-  const r = await api(svc.url, `/metrics?${query}`, { key });
+async function actual(query: string, on = svc, secret = key) {
+  const r = await api(on.url, `/metrics?${query}`, { key: secret });
   assert.equal(r.status, 200, JSON.stringify(r.body));
   const { users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, events } = r.body;
   return { figures: { users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, events }, daily: r.body.daily };
@@ -171,4 +172,101 @@ test('figures survive a restart unchanged', async () => {
   svc = await svc.restart();
   const afterRestart = (await api(svc.url, `/metrics?${range}`, { key })).body;
   assert.deepEqual(afterRestart, beforeRestart);
+});
+
+describe('across the seal boundary', () => {
+  /** Sealed days (written to LMDB, dropped from the heap) and live days in one range give what SQL gives. */
+  const SEALED_DAYS = 5;
+  const LIVE_DAYS = 3;
+  /** receive time moves on this far: the first days' windows (31 days + margins) close and they are sealed */
+  const LATER_MS = 36 * DAY_MS;
+  const clock = testClock(Math.floor(Date.now() / DAY_MS) * DAY_MS - 60 * DAY_MS);
+  let sealedSvc: TestService;
+  let secret: string;
+  let file: string;
+  let allDays: string[];
+
+  function traffic(rand: () => number, start: number, n: number, count: number, offset: number): { events: object[]; rows: Row[] } {
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    const stamps = Array.from({ length: count }, () => start + Math.floor(rand() * (n * DAY_MS - 1000))).sort((x, y) => x - y);
+    const events: object[] = [];
+    const rows: Row[] = [];
+    stamps.forEach((ts, i) => {
+      const s = Math.floor(rand() * 800);
+      const userId = s % 3 === 0 ? undefined : `u${s % 400}`;
+      const [referrer, source] = pick(REFERRERS);
+      const event = rand() < 0.7 ? 'page_view' : pick(['signup', 'click']);
+      const p = pick(['/', '/pricing', '/docs']);
+      const country = pick(['de', 'US']);
+      const device = pick(['Desktop', 'mobile']);
+      const e: Record<string, unknown> = { event, url: `https://site.example${p}`, referrer, sessionId: `s${s}`, country, device, timestamp: ts };
+      if (userId) e.userId = userId;
+      events.push(e);
+      rows.push({ seq: offset + i, day: new Date(ts).toISOString().slice(0, 10), event, path: p, session: `s${s}`, user: userId ? `u:${userId}` : `s:s${s}`, source, country: country.toUpperCase(), device: device.toLowerCase() });
+    });
+    return { events, rows };
+  }
+
+  async function send(events: object[]): Promise<void> {
+    for (let i = 0; i < events.length; i += 500) {
+      const r = await api(sealedSvc.url, '/analytics', { key: secret, body: { events: events.slice(i, i + 500) } });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+  }
+
+  before(async () => {
+    sealedSvc = await startTestService({}, { now: clock.now });
+    ({ keys: { secret } } = await createProject(sealedSvc.url, sealedSvc.adminKey, { monthly_quota: 0 }));
+    const rand = rng(7);
+    const t0 = clock.now();
+    const first = traffic(rand, t0 - SEALED_DAYS * DAY_MS, SEALED_DAYS, 4000, 0);
+    await send(first.events);
+    clock.advance(LATER_MS);
+    const second = traffic(rand, clock.now() - LIVE_DAYS * DAY_MS, LIVE_DAYS, 3000, 4000);
+    await send(second.events);
+    await sealedSvc.service.engine.sealingIdle();
+    allDays = [...new Set([...first.rows, ...second.rows].map((r) => r.day))].sort();
+    file = path.join(dir, 'sealed.db');
+    const csv = [...first.rows, ...second.rows].map((r) => [r.seq, r.day, r.event, r.path, r.session, r.user, r.source, r.country, r.device].join(',')).join('\n');
+    writeFileSync(path.join(dir, 'sealed.csv'), `${csv}\n`);
+    execFileSync('sqlite3', [file], {
+      input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT);\n.mode csv\n.import ${path.join(dir, 'sealed.csv')} e\n`,
+    });
+  });
+
+  after(async () => {
+    await sealedSvc.destroy();
+  });
+
+  async function check(): Promise<void> {
+    const firstDay = allDays[0]!;
+    const lastDay = allDays.at(-1)!;
+    const lastSealed = allDays[SEALED_DAYS - 1]!;
+    const firstLive = allDays[SEALED_DAYS]!;
+    const ranges = [[firstDay, lastDay], [firstDay, lastSealed], [allDays[2]!, firstLive], [lastSealed, lastSealed], [firstLive, lastDay]] as const;
+    // Every answer first: the SQL below blocks this process for seconds, longer than the server keeps an idle connection.
+    const answers: Array<Awaited<ReturnType<typeof actual>>> = [];
+    for (const [from, to] of ranges) answers.push(await actual(`from=${from}&to=${to}`, sealedSvc, secret));
+    for (const [i, [from, to]] of ranges.entries()) {
+      const { figures, daily } = answers[i]!;
+      assert.deepEqual(figures, expected(from, to, file), `${from}..${to}`);
+      for (const d of daily as Array<{ date: string; users: number; sessions: number; pageviews: number; bounceRate: string }>) {
+        if (!allDays.includes(d.date)) {
+          assert.deepEqual([d.users, d.sessions, d.pageviews], [0, 0, 0], d.date);
+          continue;
+        }
+        const e = expected(d.date, d.date, file);
+        assert.deepEqual([d.users, d.sessions, d.pageviews, d.bounceRate], [e.users, e.sessions, e.pageviews, e.bounceRate], d.date);
+      }
+    }
+  }
+
+  test('ranges over sealed days, live days and both equal the SQL aggregation', async () => {
+    await check();
+  });
+
+  test('and still do after a restart (sealed days are read from LMDB, live days from the snapshot)', async () => {
+    sealedSvc = await sealedSvc.restart();
+    await check();
+  });
 });

@@ -134,6 +134,8 @@ async function build(a: BuildArgs): Promise<BuildResult> {
   const files = new SnapshotFiles(a.dir);
   const { file } = await files.write(data);
   const snapshotWriteMs = performance.now() - t;
+  // The service expires eventIds older than 48 h every hour: 30 days of traffic would have had most of them expired.
+  await store.openRememberedIds().expire(Date.now());
   const { statSync } = await import('node:fs');
   const snapshotBytes = statSync(file).size;
   await store.close();

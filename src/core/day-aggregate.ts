@@ -1,4 +1,5 @@
 import { CappedCounter } from './capped-counter.ts';
+import type { DayFigures, RangePart } from './day-view.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
@@ -6,15 +7,24 @@ import { NumberCounts, NumberSet } from './number-table.ts';
 import type { StoredEvent } from './types.ts';
 
 /**
- * Everything one project's day needs to answer /metrics exactly. A session is a (sessionId, day) pair, so a
- * session crossing midnight counts on both days and every figure sums exactly over days.
+ * Everything one project's day needs to answer /metrics exactly while the day is live (events may still arrive
+ * for it). A session is a (sessionId, day) pair, so a session crossing midnight counts on both days and every
+ * figure sums exactly over days. Once the day is sealed it is reduced to a SealedDay (sealed-day.ts).
  */
-export class DayAggregate {
+export class DayAggregate implements RangePart {
   pageviews = 0;
   /** sessions with exactly one page_view */
   bounces = 0;
   /** sessions with at least one page_view */
   sessionsWithPageview = 0;
+  /** bot hits (acknowledged, not counted as traffic) */
+  bots = 0;
+  /** sequence of the first record folded into this instance: names its sealed segment, so re-sealing overwrites */
+  firstSeq = 0;
+  /** sequence of the last record folded into this instance */
+  lastSeq = 0;
+  /** true once the reducer has handed the day over for sealing */
+  sealing = false;
   /** hash53(sessionId) -> page_views of that session on this day (typed-array table: see number-table.ts) */
   sessions = new NumberCounts();
   /** hash53(user identity) */
@@ -28,6 +38,20 @@ export class DayAggregate {
   readonly events = new CappedCounter();
 
   constructor(readonly day: string) {}
+
+  /**
+   * Every capped breakdown by the name of its field in the metrics answer. Sealing, snapshots and reads go through
+   * this list, so a new breakdown is one line here (and its counting in apply), with no new sealed format.
+   */
+  breakdowns(): Array<[string, CappedCounter]> {
+    return [
+      ['trafficSources', this.sources],
+      ['countries', this.countries],
+      ['devices', this.devices],
+      ['pages', this.pages],
+      ['events', this.events],
+    ];
+  }
 
   apply(e: StoredEvent): void {
     this.events.add(e.event);
@@ -69,6 +93,30 @@ export class DayAggregate {
     const h = new HyperLogLog();
     this.users.forEach((u) => h.add(u));
     this.sketch = h;
+  }
+
+  // RangePart: a live day read directly.
+
+  figures(): DayFigures[] {
+    return [
+      {
+        date: this.day,
+        users: this.users.size,
+        sessions: this.sessions.size,
+        pageviews: this.pageviews,
+        bounces: this.bounces,
+        sessionsWithPageview: this.sessionsWithPageview,
+        bots: this.bots,
+      },
+    ];
+  }
+
+  sumBreakdown(name: string, into: Map<string, number>): void {
+    for (const [n, c] of this.breakdowns()) if (n === name) c.sumInto(into);
+  }
+
+  forEachUser(fn: (hash: number) => void): void {
+    this.users.forEach(fn);
   }
 }
 

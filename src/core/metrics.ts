@@ -1,8 +1,9 @@
 import { sortedBreakdown } from './capped-counter.ts';
-import { formatRate, type DayAggregate } from './day-aggregate.ts';
+import { formatRate } from './day-aggregate.ts';
+import type { DayFigures, LiveDays, RangePart, SealedSource } from './day-view.ts';
 import { daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { MAX_RANGE_DAYS, RECENT_RETURNED } from './limits.ts';
+import { MAX_RANGE_DAYS, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
 import type { AnalyticsState } from './state.ts';
 import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
@@ -33,89 +34,118 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
   return { ok: true, from, to };
 }
 
-/** Combined figures of the range plus a per-day series: the one JSON shape of GET /metrics. */
+const NO_LIVE_DAYS: LiveDays = new Map();
+
+/**
+ * Combined figures of the range plus a per-day series: the one JSON shape of GET /metrics. Live days come from the
+ * state, sealed history from `sealed` (the engine's store); both are RangeParts, so a range answers the same
+ * whichever side of the seal boundary its days are on.
+ */
 export function metrics(
   state: AnalyticsState,
   projectId: string,
   timezone: string,
   from: string,
   to: string,
+  sealed?: SealedSource,
 ): MetricsResponse {
   const p = state.projects.get(projectId);
-  const sources = new Map<string, number>();
-  const countries = new Map<string, number>();
-  const devices = new Map<string, number>();
-  const pages = new Map<string, number>();
-  const events = new Map<string, number>();
-  const present: DayAggregate[] = [];
-  const daily: DailyFigures[] = [];
+  const parts: RangePart[] = [];
+  if (p) for (const d of p.days.values()) if (d.day >= from && d.day <= to) parts.push(d);
+  if (sealed) for (const part of sealed.parts(projectId, from, to, p?.days ?? NO_LIVE_DAYS)) parts.push(part);
+
+  const byDate = new Map<string, DayFigures>();
+  /** parts with at least one user, and how many days they cover (a one-day range is exact from its figures) */
+  const withUsers: RangePart[] = [];
+  let userDays = 0;
   let sessions = 0;
   let pageviews = 0;
   let bounces = 0;
   let withPageview = 0;
   let bots = 0;
-
-  for (const date of eachDay(from, to)) {
-    const d = p?.days.get(date);
-    bots += p?.bots.get(date) ?? 0;
-    if (!d) {
-      daily.push({ date, users: 0, sessions: 0, pageviews: 0, bounceRate: '0.0%' });
-      continue;
+  for (const part of parts) {
+    let users = 0;
+    for (const f of part.figures()) {
+      if (f.date < from || f.date > to) continue;
+      users += f.users;
+      if (f.users > 0) userDays++;
+      sessions += f.sessions;
+      pageviews += f.pageviews;
+      bounces += f.bounces;
+      withPageview += f.sessionsWithPageview;
+      bots += f.bots;
+      const seen = byDate.get(f.date);
+      byDate.set(f.date, seen ? addFigures(seen, f) : f);
     }
-    present.push(d);
-    sessions += d.sessions.size;
-    pageviews += d.pageviews;
-    bounces += d.bounces;
-    withPageview += d.sessionsWithPageview;
-    d.sources.sumInto(sources);
-    d.countries.sumInto(countries);
-    d.devices.sumInto(devices);
-    d.pages.sumInto(pages);
-    d.events.sumInto(events);
-    daily.push({
-      date,
-      users: d.users.size,
-      sessions: d.sessions.size,
-      pageviews: d.pageviews,
-      bounceRate: formatRate(d.bounces, d.sessionsWithPageview),
-    });
+    if (users > 0) withUsers.push(part);
   }
+
+  const daily: DailyFigures[] = [];
+  for (const date of eachDay(from, to)) {
+    const f = byDate.get(date);
+    daily.push(
+      f
+        ? { date, users: f.users, sessions: f.sessions, pageviews: f.pageviews, bounceRate: formatRate(f.bounces, f.sessionsWithPageview) }
+        : { date, users: 0, sessions: 0, pageviews: 0, bounceRate: '0.0%' },
+    );
+  }
+  const breakdown = (name: string) => {
+    const m = new Map<string, number>();
+    for (const part of parts) part.sumBreakdown(name, m);
+    return sortedBreakdown(m);
+  };
 
   return {
     projectId,
     from,
     to,
     timezone,
-    users: distinctUsers(present),
+    users: userDays === 1 ? withUsers[0]!.figures().find((f) => f.users > 0 && f.date >= from && f.date <= to)!.users : distinctUsers(withUsers),
     sessions,
     pageviews,
     bounceRate: formatRate(bounces, withPageview),
-    trafficSources: sortedBreakdown(sources),
-    countries: sortedBreakdown(countries),
-    devices: sortedBreakdown(devices),
-    pages: sortedBreakdown(pages),
-    events: sortedBreakdown(events),
+    trafficSources: breakdown('trafficSources'),
+    countries: breakdown('countries'),
+    devices: breakdown('devices'),
+    pages: breakdown('pages'),
+    events: breakdown('events'),
     bots,
     recentEvents: p ? recentIn(p.recent.newestFirst(), from, to) : [],
     daily,
   };
 }
 
-/** Exact for one day and for ranges of small days; a sketch merge (within 1 %) once any day is large. */
-function distinctUsers(days: DayAggregate[]): number {
-  if (days.length === 0) return 0;
-  if (days.length === 1) return days[0]!.users.size;
-  if (days.every((d) => d.sketch === undefined)) {
+function addFigures(a: DayFigures, b: DayFigures): DayFigures {
+  return {
+    date: a.date,
+    users: a.users + b.users,
+    sessions: a.sessions + b.sessions,
+    pageviews: a.pageviews + b.pageviews,
+    bounces: a.bounces + b.bounces,
+    sessionsWithPageview: a.sessionsWithPageview + b.sessionsWithPageview,
+    bots: a.bots + b.bots,
+  };
+}
+
+/**
+ * Exact while every part keeps its user hashes and they are few (RANGE_EXACT_HASHES); a sketch merge (within 1 %)
+ * once any part is sketched or the union would be large.
+ */
+function distinctUsers(parts: RangePart[]): number {
+  if (parts.length === 0) return 0;
+  let hashes = 0;
+  for (const d of parts) for (const f of d.figures()) hashes += f.users;
+  if (hashes <= RANGE_EXACT_HASHES && parts.every((d) => d.sketch === undefined)) {
     const union = new NumberSet();
     const add = (u: number) => void union.add(u);
-    for (const d of days) d.users.forEach(add);
+    for (const d of parts) d.forEachUser(add);
     return union.size;
   }
   const merged = new HyperLogLog();
   const add = (u: number) => merged.add(u);
-  for (const d of days) {
+  for (const d of parts) {
     if (d.sketch) merged.merge(d.sketch);
-    else d.users.forEach(add);
+    else d.forEachUser(add);
   }
   return merged.estimate();
 }

@@ -18,6 +18,18 @@ function capacityFor(n: number): number {
   return c;
 }
 
+/** A table as it is in memory (power-of-two capacity, 0 = empty): the snapshot form, restored without rehashing. */
+export interface RawNumberSet {
+  keys: Float64Array;
+  hasZero: boolean;
+  size: number;
+}
+
+export interface RawNumberCounts extends RawNumberSet {
+  values: Uint32Array;
+  zeroValue: number;
+}
+
 /** A set of hash53 values. */
 export class NumberSet {
   private keys: Float64Array;
@@ -92,6 +104,20 @@ export class NumberSet {
     const keys = this.keys;
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) out[n++] = keys[j]!;
     return out;
+  }
+
+  /** A copy of the table itself (a memcpy, no per-key work): what a snapshot captures on the main thread. */
+  raw(): RawNumberSet {
+    return { keys: this.keys.slice(), hasZero: this.hasZero, size: this.size };
+  }
+
+  static fromRaw(r: RawNumberSet): NumberSet {
+    const s = new NumberSet();
+    s.keys = r.keys;
+    s.mask = r.keys.length - 1;
+    s.hasZero = r.hasZero;
+    s.size = r.size;
+    return s;
   }
 
   static from(values: ArrayLike<number>): NumberSet {
@@ -171,6 +197,13 @@ export class NumberCounts {
     this.mask = mask;
   }
 
+  /** Calls `fn` for every key and counter (slot order). */
+  forEachEntry(fn: (k: number, v: number) => void): void {
+    if (this.hasZero) fn(0, this.zeroValue);
+    const keys = this.keys;
+    for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) fn(keys[j]!, this.values[j]!);
+  }
+
   /** Keys and counters as two parallel arrays (the snapshot form). */
   toArrays(): { keys: Float64Array; values: Uint32Array } {
     const outKeys = new Float64Array(this.size);
@@ -187,6 +220,27 @@ export class NumberCounts {
       outValues[n++] = this.values[j]!;
     }
     return { keys: outKeys, values: outValues };
+  }
+
+  /** A copy of the table itself (two memcpys): see NumberSet.raw. */
+  raw(): RawNumberCounts {
+    return { keys: this.keys.slice(), values: this.values.slice(), hasZero: this.hasZero, zeroValue: this.zeroValue, size: this.size };
+  }
+
+  static fromRaw(r: RawNumberCounts): NumberCounts {
+    const m = new NumberCounts();
+    m.keys = r.keys;
+    m.values = r.values;
+    m.mask = r.keys.length - 1;
+    m.hasZero = r.hasZero;
+    m.zeroValue = r.zeroValue;
+    m.size = r.size;
+    return m;
+  }
+
+  /** Bytes of typed arrays this table holds. */
+  get byteLength(): number {
+    return this.keys.byteLength + this.values.byteLength;
   }
 
   static from(keys: ArrayLike<number>, values: ArrayLike<number>): NumberCounts {

@@ -1,105 +1,129 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
-import { NumberCounts, NumberSet } from './number-table.ts';
-import type { RingEntry } from './recent-ring.ts';
+import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
+import type { RecentRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
 /**
- * The state as plain data (typed arrays for the large distinct sets), for the store to serialize. Sketches are
- * left out: they are rebuilt from the exact sets on restore.
+ * The live state as plain data, for the store to serialize: only what is not durable elsewhere. Sealed days are in
+ * the store, so a snapshot holds the live days (their hash tables copied as they are in memory: a memcpy each, no
+ * per-key work on the main thread), the rings, the counters and the sealing clock. Sketches are left out: they
+ * are rebuilt from the exact sets on restore.
  */
-export const SNAPSHOT_VERSION = 1;
+export const SNAPSHOT_VERSION = 2;
 
 type Pairs = [string, number][];
 
 export interface DaySnapshot {
   day: string;
+  firstSeq: number;
+  lastSeq: number;
   pageviews: number;
   bounces: number;
   sessionsWithPageview: number;
-  sessionKeys: Float64Array;
-  sessionPageviews: Uint32Array;
-  users: Float64Array;
-  sources: Pairs;
-  countries: Pairs;
-  devices: Pairs;
-  pages: Pairs;
-  events: Pairs;
+  bots: number;
+  sessions: RawNumberCounts;
+  users: RawNumberSet;
+  /** breakdown name -> pairs (see DayAggregate.breakdowns) */
+  breakdowns: Record<string, Pairs>;
 }
 
 export interface ProjectSnapshot {
   id: string;
-  days: DaySnapshot[];
-  recent: RingEntry[];
-  bots: Pairs;
-  seenEventIds: Pairs;
+  /** each live day, or as the caller's encoder gave it (the store decodes encoded days before restoring) */
+  days: Array<DaySnapshot | Encoded>;
+  /** the ring, oldest first, 9 values per entry (RecentRing.packed), or as the caller's encoder gave it */
+  recent: Array<string | number> | Uint8Array | Encoded;
   monthly: Pairs;
 }
 
 export interface SnapshotData {
   version: number;
   lastSeq: number;
+  maxRt: number;
   projects: ProjectSnapshot[];
 }
 
-export function toSnapshot(state: AnalyticsState): SnapshotData {
+/**
+ * A day or ring the engine serialized itself: `bytes` when it changed since the last snapshot, else only its key (the
+ * snapshot writer keeps the bytes it was last given under that key), so unchanged state is neither walked nor copied.
+ */
+export interface Encoded {
+  key: string;
+  bytes?: Uint8Array;
+}
+
+/** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */
+export type RingEncoder = (projectId: string, ring: RecentRing) => Array<string | number> | Encoded;
+
+/** How a snapshot holds a live day: as data by default; the engine passes an encoder that caches unchanged days. */
+export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Encoded;
+
+/** One live day as plain data (its hash tables copied as they are in memory). */
+export function daySnapshot(d: DayAggregate): DaySnapshot {
+  const breakdowns: Record<string, Pairs> = {};
+  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  return {
+    day: d.day,
+    firstSeq: d.firstSeq,
+    lastSeq: d.lastSeq,
+    pageviews: d.pageviews,
+    bounces: d.bounces,
+    sessionsWithPageview: d.sessionsWithPageview,
+    bots: d.bots,
+    sessions: d.sessions.raw(),
+    users: d.users.raw(),
+    breakdowns,
+  };
+}
+
+export function toSnapshot(
+  state: AnalyticsState,
+  encodeRing: RingEncoder = (_, r) => r.packed(),
+  encodeDay: DayEncoder = (_, d) => daySnapshot(d),
+): SnapshotData {
   const projects: ProjectSnapshot[] = [];
   for (const [id, p] of state.projects) {
-    const days: DaySnapshot[] = [];
-    for (const d of p.days.values()) {
-      const { keys: sessionKeys, values: sessionPageviews } = d.sessions.toArrays();
-      days.push({
-        day: d.day,
-        pageviews: d.pageviews,
-        bounces: d.bounces,
-        sessionsWithPageview: d.sessionsWithPageview,
-        sessionKeys,
-        sessionPageviews,
-        users: d.users.toArray(),
-        sources: [...d.sources.counts],
-        countries: [...d.countries.counts],
-        devices: [...d.devices.counts],
-        pages: [...d.pages.counts],
-        events: [...d.events.counts],
-      });
-    }
+    const days: Array<DaySnapshot | Encoded> = [];
+    for (const d of p.days.values()) days.push(encodeDay(id, d));
     projects.push({
       id,
       days,
-      recent: p.recent.oldestFirst(),
-      bots: [...p.bots],
-      seenEventIds: [...p.seenEventIds],
+      recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
     });
   }
-  return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, projects };
+  return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, maxRt: state.maxRt, projects };
 }
 
+/** The state a snapshot describes; days due for sealing are handed over again on the next record (or collectSealable). */
 export function fromSnapshot(data: SnapshotData): AnalyticsState {
   if (data.version !== SNAPSHOT_VERSION) throw new Error(`unsupported snapshot version ${data.version}`);
   const state = new AnalyticsState();
   state.lastSeq = data.lastSeq;
+  state.maxRt = data.maxRt;
+  state.nextSealCheck = 0;
   for (const ps of data.projects) {
     const p = state.project(ps.id);
-    for (const ds of ps.days) {
+    for (const encoded of ps.days) {
+      if ('key' in encoded) throw new Error('a day still encoded: the store decodes days before restoring');
+      const ds = encoded;
       const d = new DayAggregate(ds.day);
+      d.firstSeq = ds.firstSeq;
+      d.lastSeq = ds.lastSeq;
       d.pageviews = ds.pageviews;
       d.bounces = ds.bounces;
       d.sessionsWithPageview = ds.sessionsWithPageview;
-      d.sessions = NumberCounts.from(ds.sessionKeys, ds.sessionPageviews);
-      d.users = NumberSet.from(ds.users);
+      d.bots = ds.bots;
+      d.sessions = NumberCounts.fromRaw(ds.sessions);
+      d.users = NumberSet.fromRaw(ds.users);
       // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
       if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
-      for (const [k, v] of ds.sources) d.sources.counts.set(k, v);
-      for (const [k, v] of ds.countries) d.countries.counts.set(k, v);
-      for (const [k, v] of ds.devices) d.devices.counts.set(k, v);
-      for (const [k, v] of ds.pages) d.pages.counts.set(k, v);
-      for (const [k, v] of ds.events) d.events.counts.set(k, v);
+      for (const [name, c] of d.breakdowns()) for (const [k, v] of ds.breakdowns[name] ?? []) c.counts.set(k, v);
       p.days.set(ds.day, d);
     }
-    for (const e of ps.recent) p.recent.push(e);
-    for (const [k, v] of ps.bots) p.bots.set(k, v);
-    for (const [k, v] of ps.seenEventIds) p.seenEventIds.set(k, v);
+    if (!Array.isArray(ps.recent)) throw new Error('a ring still encoded: the store decodes rings before restoring');
+    p.recent.pushPacked(ps.recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
   }
   return state;

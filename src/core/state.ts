@@ -1,36 +1,34 @@
 import { DayAggregate } from './day-aggregate.ts';
-import { utcMonthOf } from './dates.ts';
-import { DEDUP_PRUNE_MARGIN_MS, DEDUP_PRUNE_MIN_SIZE, DEDUP_WINDOW_MS, RECENT_RING_SIZE } from './limits.ts';
+import { utcMidnight, utcMonthOf } from './dates.ts';
+import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
 
 /** Everything known about one project, all derivable from its log records. */
 export class ProjectState {
+  /** the live days: events may still arrive for them */
   readonly days = new Map<string, DayAggregate>();
   readonly recent = new RecentRing(RECENT_RING_SIZE);
-  /** day -> bot hits (acknowledged, not counted as traffic) */
-  readonly bots = new Map<string, number>();
-  /** eventId -> receive time; entries older than DEDUP_WINDOW_MS are pruned */
-  readonly seenEventIds = new Map<string, number>();
-  /** size of seenEventIds at which the reducer next prunes it */
-  nextEventIdPrune = DEDUP_PRUNE_MIN_SIZE;
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
+}
 
-  day(day: string): DayAggregate {
-    let d = this.days.get(day);
-    if (!d) {
-      d = new DayAggregate(day);
-      this.days.set(day, d);
-    }
-    return d;
-  }
+/** A live day the reducer hands over to be sealed (written to the store, then dropped from the heap). */
+export interface SealRequest {
+  projectId: string;
+  day: DayAggregate;
 }
 
 /** The whole in-memory state: one fold of the log up to `lastSeq`. */
 export class AnalyticsState {
   readonly projects = new Map<string, ProjectState>();
   lastSeq = 0;
+  /** newest receive time folded: the clock that seals days, read from the records so a replay seals the same days */
+  maxRt = 0;
+  /** maxRt at which the oldest live day that is not yet handed over becomes sealable */
+  nextSealCheck = 0;
+  /** days handed over for sealing, not yet taken by the engine */
+  sealQueue: SealRequest[] = [];
 
   project(id: string): ProjectState {
     let p = this.projects.get(id);
@@ -40,11 +38,35 @@ export class AnalyticsState {
     }
     return p;
   }
+
+  /** The live day of a project, created when the first record for it is folded. */
+  day(p: ProjectState, date: string, seq: number): DayAggregate {
+    let d = p.days.get(date);
+    if (!d) {
+      d = new DayAggregate(date);
+      d.firstSeq = seq;
+      p.days.set(date, d);
+      const at = sealAt(date);
+      if (at < this.nextSealCheck) this.nextSealCheck = at;
+    }
+    d.lastSeq = seq;
+    return d;
+  }
+}
+
+/**
+ * The receive time from which no event can be accepted for `day` any more, whatever the project's timezone: its
+ * last instant (≤ 36 h after its UTC midnight, at UTC-12) plus the 31-day timestamp window plus a margin for a server
+ * clock that steps back. From then on the day is sealed.
+ */
+export function sealAt(day: string): number {
+  return utcMidnight(day) + LATEST_DAY_END_MS + MAX_PAST_MS + SEAL_MARGIN_MS;
 }
 
 /**
  * The reducer: folds one log record into the state. Pure and deterministic: everything it needs is in the
- * record, so folding the log always gives the same state as the live path did.
+ * record, so folding the log always gives the same state as the live path did. Days whose window closed (judged by
+ * the records' receive times) are queued in `sealQueue`.
  */
 export function apply(state: AnalyticsState, seq: number, record: LogRecord): void {
   if (record.t === 'x') {
@@ -52,12 +74,13 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
     return;
   }
   const p = state.project(record.p);
+  if (record.rt > state.maxRt) state.maxRt = record.rt;
   switch (record.t) {
     case 'e':
-      applyEvent(p, record);
+      applyEvent(state, p, seq, record);
       break;
     case 'b':
-      p.bots.set(record.day, (p.bots.get(record.day) ?? 0) + 1);
+      state.day(p, record.day, seq).bots++;
       break;
     default: {
       const never: never = record;
@@ -65,10 +88,11 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
     }
   }
   state.lastSeq = seq;
+  if (state.maxRt >= state.nextSealCheck) collectSealable(state);
 }
 
-function applyEvent(p: ProjectState, e: StoredEvent): void {
-  p.day(e.day).apply(e);
+function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {
+  state.day(p, e.day, seq).apply(e);
   p.recent.push({
     day: e.day,
     ts: e.ts,
@@ -80,41 +104,54 @@ function applyEvent(p: ProjectState, e: StoredEvent): void {
     device: e.device,
     sessionId: e.sessionId,
   });
-  if (e.eventId !== undefined) {
-    p.seenEventIds.set(e.eventId, e.rt);
-    if (p.seenEventIds.size >= p.nextEventIdPrune) pruneProject(p, e.rt - DEDUP_PRUNE_MARGIN_MS);
-  }
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }
 
-/** Was `eventId` already stored for the project within the de-duplication window? */
-export function isDuplicate(state: AnalyticsState, projectId: string, eventId: string, now: number): boolean {
-  const seen = state.projects.get(projectId)?.seenEventIds.get(eventId);
-  return seen !== undefined && now - seen < DEDUP_WINDOW_MS;
+/**
+ * Queues every live day whose window has closed at `state.maxRt` and works out when the next one closes. Runs about
+ * once per day of receive time (and after a restore), so scanning every project's live days is cheap. Monthly
+ * counters of months long past are dropped here too.
+ */
+export function collectSealable(state: AnalyticsState): void {
+  const now = state.maxRt;
+  let next = Number.POSITIVE_INFINITY;
+  const oldestMonth = utcMonthOf(now - MONTHLY_KEPT_MS);
+  for (const [projectId, p] of state.projects) {
+    for (const d of p.days.values()) {
+      if (d.sealing) continue;
+      const at = sealAt(d.day);
+      if (at <= now) {
+        d.sealing = true;
+        state.sealQueue.push({ projectId, day: d });
+      } else if (at < next) next = at;
+    }
+    for (const m of p.monthly.keys()) if (m < oldestMonth) p.monthly.delete(m);
+  }
+  state.nextSealCheck = next;
 }
 
-/** Forgets eventIds older than the window (keeps memory bounded by 48 h of ids). */
-export function pruneSeenEventIds(state: AnalyticsState, now: number): number {
-  let removed = 0;
-  for (const p of state.projects.values()) removed += pruneProject(p, now);
-  return removed;
+/** The engine takes the queued days to write them. */
+export function takeSealQueue(state: AnalyticsState): SealRequest[] {
+  const q = state.sealQueue;
+  state.sealQueue = [];
+  return q;
 }
 
 /**
- * Drops the project's eventIds that are expired at `now`. Only ids that can never be a duplicate again go, so what
- * isDuplicate answers does not depend on when this ran; a snapshot and a full replay differ at most in dead entries.
+ * Called once a day's sealed form is durable: drops the live instance from the heap. If a record reached it after it
+ * was sealed (its lastSeq moved), it stays live and is handed over again, and its next sealing overwrites the segment.
  */
-function pruneProject(p: ProjectState, now: number): number {
-  let removed = 0;
-  for (const [id, rt] of p.seenEventIds) {
-    if (now - rt >= DEDUP_WINDOW_MS) {
-      p.seenEventIds.delete(id);
-      removed++;
-    }
+export function dropSealed(state: AnalyticsState, projectId: string, day: DayAggregate, sealedLastSeq: number): boolean {
+  const p = state.projects.get(projectId);
+  if (!p || p.days.get(day.day) !== day) return false;
+  if (day.lastSeq !== sealedLastSeq) {
+    day.sealing = false;
+    state.nextSealCheck = 0;
+    return false;
   }
-  p.nextEventIdPrune = Math.max(DEDUP_PRUNE_MIN_SIZE, p.seenEventIds.size * 2);
-  return removed;
+  p.days.delete(day.day);
+  return true;
 }
 
 /** Events stored for the project in the UTC month of `now`. */

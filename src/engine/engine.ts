@@ -5,12 +5,16 @@ import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
 import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import type { SealedSource } from '../core/day-view.ts';
 import { metrics, resolveRange } from '../core/metrics.ts';
+import { sealedSource } from '../core/sealed-source.ts';
 import { normalizeEvent } from '../core/normalize.ts';
-import { isDuplicate, pruneSeenEventIds, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
+import type { RememberedIds } from '../store/remembered-ids.ts';
+import type { SealedStore } from '../store/sealed-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
@@ -26,6 +30,7 @@ import {
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
+import { Sealer } from './sealer.ts';
 import { Snapshotter } from './snapshotter.ts';
 import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
@@ -50,6 +55,9 @@ import type {
 const DEFAULT_MONTHLY_QUOTA = 100_000;
 /** Prune remembered eventIds this often; they expire after 48 h, so hourly keeps at most ~49 h of them. */
 const PRUNE_EVERY_MS = 3_600_000;
+/** Records examined per retention slice before yielding to requests. */
+const RETENTION_SLICE = 10_000;
+const DAY_MS = 86_400_000;
 /** Re-check that storage accepts writes this often while idle (health). */
 const HEALTH_PROBE_EVERY_MS = 10_000;
 /** Salts rotate at midnight UTC; checking each minute keeps the rotation within a minute of it. */
@@ -93,6 +101,10 @@ export class Engine implements AnalyticsEngine {
   readonly now: () => number;
   private readonly log: (line: string) => void;
   private ops: OperatorMetrics | undefined;
+  private readonly sealer: Sealer;
+  private readonly sealed: SealedSource;
+  private readonly sealedStore: SealedStore;
+  private readonly ids: RememberedIds;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -118,6 +130,15 @@ export class Engine implements AnalyticsEngine {
         snapshotter.purgePending = true;
       }
     }
+    this.ids = store.openRememberedIds();
+    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
+    this.sealedStore = store.openSealedStore();
+    this.sealed = sealedSource(this.sealedStore);
+    this.sealer = new Sealer(state, this.sealedStore, log);
+    // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
+    collectSealable(state);
+    this.sealer.kick();
+    void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
   }
 
   static async open(opts: EngineOptions): Promise<Engine> {
@@ -231,7 +252,7 @@ export class Engine implements AnalyticsEngine {
       const id = normalized.event.eventId;
       if (id !== undefined) {
         // A repeat is acknowledged again but stored once: already folded, in flight, or earlier in this batch.
-        if (batchIds.has(id) || pending?.has(id) || isDuplicate(this.state, project.id, id, now)) continue;
+        if (batchIds.has(id) || pending?.has(id) || this.ids.has(project.id, id, now)) continue;
         batchIds.add(id);
       }
       records.push(normalized.event);
@@ -275,7 +296,9 @@ export class Engine implements AnalyticsEngine {
       try {
         const first = await appended;
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
+        for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
+        this.sealer.kick();
         this.storageOk = true;
         ok = true;
       } catch (err) {
@@ -316,7 +339,7 @@ export class Engine implements AnalyticsEngine {
     }
     const range = resolveRange(query, dayOf(this.now(), project.timezone));
     if (!range.ok) return fail('invalid_request', range.message, {}, rate);
-    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to), rate };
+    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to, this.sealed), rate };
   }
 
   listProjects(meta: RequestMeta, page: PageQuery = {}): Outcome<ProjectPage> {
@@ -455,6 +478,11 @@ export class Engine implements AnalyticsEngine {
 
   /** Erases a deleted project's events from the log, its state, and every snapshot file. */
   private async eraseProject(projectId: string): Promise<void> {
+    // Its live state goes first, and no day of it is left queued or being written by the sealer, so nothing of it
+    // is sealed again after the store has erased its sealed days, month rollups and remembered eventIds.
+    this.state.projects.delete(projectId);
+    this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
+    await this.sealer.idle();
     const n = await this.store.eraseProjectEvents(projectId);
     this.state.projects.delete(projectId);
     this.pendingIds.delete(projectId);
@@ -723,7 +751,10 @@ export class Engine implements AnalyticsEngine {
       this.timers.push(t);
     };
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
-    every(PRUNE_EVERY_MS, () => void pruneSeenEventIds(this.state, this.now()));
+    every(PRUNE_EVERY_MS, async () => {
+      await this.ids.expire(this.now());
+      await this.applyRetention();
+    });
     every(SALT_CHECK_EVERY_MS, () => this.enricher.rotateSalts(this.now()));
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
@@ -745,8 +776,10 @@ export class Engine implements AnalyticsEngine {
     this.closing = true;
     for (const t of this.timers) clearInterval(t);
     await this.foldTail;
+    await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
-    await this.snapshotter.idle();
+    await this.snapshotter.close();
+    await this.ids.stop();
     await this.store.close();
   }
 
@@ -754,7 +787,45 @@ export class Engine implements AnalyticsEngine {
   stats(): { projects: number; liveDays: number; sealedDays: number } {
     let liveDays = 0;
     for (const p of this.state.projects.values()) liveDays += p.days.size;
-    return { projects: this.projects.size, liveDays, sealedDays: 0 };
+    return { projects: this.projects.size, liveDays, sealedDays: this.sealedStore.dayCount() };
+  }
+
+  /**
+   * ANALYTICS_LOG_RETENTION_DAYS: removes the oldest log records while each was received before the retention and
+   * belongs to a sealed day (its aggregates are in the sealed store, so nothing read changes), never past the oldest
+   * snapshot kept (a restart replays the log after it). The log stays a contiguous suffix; returns records removed.
+   */
+  async applyRetention(): Promise<number> {
+    const days = this.config.logRetentionDays;
+    if (days === undefined) return 0;
+    const cutoff = this.now() - days * DAY_MS;
+    const limit = this.snapshotter.oldestKeptSeq();
+    let keepFrom = this.store.firstSeq();
+    for (;;) {
+      let n = 0;
+      let stopped = false;
+      for (const { seq, record } of this.store.readAfter(keepFrom - 1)) {
+        // An erased entry (its project was deleted) holds nothing: it goes with the prefix it is in.
+        const kept =
+          seq > limit ||
+          (record.t !== 'x' &&
+            (record.rt >= cutoff || this.state.projects.get(record.p)?.days.get(record.day) !== undefined || sealAt(record.day) > this.state.maxRt));
+        if (kept) {
+          stopped = true;
+          break;
+        }
+        keepFrom = seq + 1;
+        if (++n === RETENTION_SLICE) break;
+      }
+      if (stopped || n < RETENTION_SLICE) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return this.store.deleteBelow(keepFrom);
+  }
+
+  /** For tests and benches: wait until every day handed over for sealing is written. */
+  async sealingIdle(): Promise<void> {
+    await this.sealer.idle();
   }
 
   /** For tests and benches: write a snapshot now. */

@@ -1,10 +1,15 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fromSnapshot, toSnapshot, type DaySnapshot, type SnapshotData } from '../core/snapshot.ts';
-import { AnalyticsState, apply } from '../core/state.ts';
+import type { DayAggregate } from '../core/day-aggregate.ts';
+import type { DayFigures } from '../core/day-view.ts';
+import { rollupMonth, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
+import { monthEnd } from '../core/sealed-source.ts';
+import { fromSnapshot, toSnapshot } from '../core/snapshot.ts';
+import { AnalyticsState, apply, collectSealable, sealAt } from '../core/state.ts';
 import type { StoredEvent } from '../core/types.ts';
 import { LogStore } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
+import { Sealer } from './sealer.ts';
 
 /**
  * Work on a data directory without the service: `rebuild` (fold the whole log again and write a fresh snapshot),
@@ -14,6 +19,8 @@ import { SnapshotFiles } from '../store/snapshot-files.ts';
 
 /** Problems listed by check before the rest are only counted: one broken range must not flood the terminal. */
 const MAX_LISTED_GAPS = 20;
+/** Records folded between progress reports and sealing passes: bounds the live days a rebuild holds at once. */
+const FOLD_SLICE = 10_000;
 
 export type OnProgress = (done: number, total: number, phase: string) => void;
 
@@ -22,16 +29,31 @@ function openStore(dataDir: string, readOnly: boolean): LogStore {
   return LogStore.open(dataDir, 'flush', { readOnly });
 }
 
-/** Folds the log from the start; events of projects no longer in the catalog are skipped (as the service drops them). */
-function foldLog(store: LogStore, upTo: number, onProgress: OnProgress, phase: string): AnalyticsState {
+/**
+ * Folds the log from its first record; events of projects no longer in the catalog are skipped (as the service drops
+ * them). With `sealer`, days whose window has closed are sealed as the fold goes (as the service does), so the heap
+ * holds only live days; without, every day stays in the returned state.
+ */
+async function foldLog(store: LogStore, upTo: number, onProgress: OnProgress, phase: string, sealer?: Sealer): Promise<AnalyticsState> {
   const known = new Set(store.listProjects().map((p) => p.id));
-  const state = new AnalyticsState();
+  const state = sealer?.state ?? new AnalyticsState();
   let n = 0;
   for (const { seq, record } of store.readAfter(0)) {
     if (seq > upTo) break;
     if (record.t === 'x' || known.has(record.p)) apply(state, seq, record);
     else state.lastSeq = seq;
-    if (++n % 10_000 === 0) onProgress(n, upTo, phase);
+    if (++n % FOLD_SLICE === 0) {
+      onProgress(n, upTo, phase);
+      if (sealer) {
+        sealer.kick();
+        await sealer.idle();
+      }
+    }
+  }
+  if (sealer) {
+    collectSealable(state);
+    sealer.kick();
+    await sealer.idle();
   }
   onProgress(n, upTo, phase);
   return state;
@@ -41,19 +63,42 @@ export interface RebuildResult {
   records: number;
   projects: number;
   snapshot: string;
+  sealedDays: number;
   ms: number;
 }
 
-/** Re-folds every aggregate from the log and writes a fresh snapshot that replaces the old ones. Service stopped. */
+/**
+ * Re-folds every aggregate from the log into sealed and live state: sealed days and month rollups are written again
+ * (segments older than the log's first record, which retention removed, are kept and their months rolled up again),
+ * and a fresh snapshot of the live state replaces every old one. Service stopped.
+ */
 export async function rebuild(dataDir: string, onProgress: OnProgress = () => {}): Promise<RebuildResult> {
   const started = performance.now();
   const store = openStore(dataDir, false);
+  const files = new SnapshotFiles(dataDir);
   try {
     const last = store.lastSeq();
-    const state = foldLog(store, last, onProgress, 'fold');
-    const { file } = await new SnapshotFiles(dataDir).write(toSnapshot(state), { replaceAll: true });
-    return { records: last, projects: state.projects.size, snapshot: file, ms: Math.round(performance.now() - started) };
+    const sealed = store.openSealedStore();
+    await sealed.clearFrom(store.firstSeq());
+    const failures: string[] = [];
+    const sealer = new Sealer(new AnalyticsState(), sealed, (line) => failures.push(line));
+    const state = await foldLog(store, last, onProgress, 'fold', sealer);
+    if (failures.length > 0) throw new Error(failures[0]);
+    // Months whose days are all older than the log (kept above) get their rollup back.
+    const months = new Map<string, { projectId: string; month: string }>();
+    let sealedDays = 0;
+    for (const d of sealed.allDays()) {
+      sealedDays++;
+      const month = d.date.slice(0, 7);
+      if (sealAt(monthEnd(month)) <= state.maxRt && !sealed.hasMonth(d.projectId, month)) months.set(`${d.projectId}\u0000${month}`, { projectId: d.projectId, month });
+    }
+    for (const { projectId, month } of months.values()) {
+      await sealed.write({ days: [], months: [{ projectId, month: rollupMonth(month, sealed.readDays(projectId, `${month}-01`, monthEnd(month))) }] });
+    }
+    const { file } = await files.write(toSnapshot(state), { replaceAll: true });
+    return { records: last, projects: state.projects.size, snapshot: file, sealedDays, ms: Math.round(performance.now() - started) };
   } finally {
+    await files.close();
     await store.close();
   }
 }
@@ -63,19 +108,29 @@ export interface CheckResult {
   problems: string[];
   logEntries: number;
   snapshots: number;
+  sealedDays: number;
+  sealedMonths: number;
 }
 
-/** Verifies log continuity, every snapshot's checksum, and that the newest snapshot equals a fold of the log. */
+/**
+ * Verifies log continuity, every snapshot's checksum, that every sealed day decodes and every month rollup equals
+ * the merge of its days, and that the newest snapshot's live days plus the sealed days equal a fold of the log.
+ */
 export async function check(dataDir: string, onProgress: OnProgress = () => {}): Promise<CheckResult> {
   const problems: string[] = [];
   const store = openStore(dataDir, true);
   try {
     const last = store.lastSeq();
-    // 1. the log: sequences 1..last without gaps, every entry a known kind
-    let expected = 1;
+    const logStart = store.firstSeq();
+    // 1. the log: sequences from its first (retention may have removed a prefix) to last without gaps, every entry a known kind
+    let expected = logStart;
     let gaps = 0;
     let entries = 0;
     for (const seq of store.sequences()) {
+      if (seq < logStart) {
+        if (++gaps <= MAX_LISTED_GAPS) problems.push(`log: entry ${seq} is before the log's recorded start ${logStart}`);
+        continue;
+      }
       if (seq !== expected) {
         if (++gaps <= MAX_LISTED_GAPS) problems.push(`log: entries ${expected}..${seq - 1} are missing`);
       }
@@ -97,47 +152,123 @@ export async function check(dataDir: string, onProgress: OnProgress = () => {}):
       else if (s.seq > last) problems.push(`snapshot ${path.basename(s.file)}: covers sequence ${s.seq}, beyond the log's last ${last}`);
     }
 
-    // 3. the newest good snapshot must equal the log folded up to its sequence
+    // 3. sealed history: every day decodes and belongs to a project; every month rollup is the merge of its days
+    const known = new Set(store.listProjects().map((p) => p.id));
+    const sealed = store.openSealedStore();
+    const segments = new Map<string, SealedDay[]>(); // "project date" -> its segments
+    let sealedDays = 0;
+    let sealedBad = 0;
+    for (const d of sealed.allDays()) {
+      sealedDays++;
+      const where = `sealed day ${d.projectId} ${d.date} (from ${d.firstSeq})`;
+      if (!d.day) {
+        if (++sealedBad <= MAX_LISTED_GAPS) problems.push(`${where}: cannot be read (${d.problem})`);
+        continue;
+      }
+      if (!known.has(d.projectId) && ++sealedBad <= MAX_LISTED_GAPS) problems.push(`${where}: its project is not in the catalog`);
+      const k = `${d.projectId} ${d.date}`;
+      segments.set(k, [...(segments.get(k) ?? []), d.day]);
+    }
+    let sealedMonths = 0;
+    for (const m of sealed.allMonths()) {
+      sealedMonths++;
+      const where = `month rollup ${m.projectId} ${m.month}`;
+      if (!m.rollup) {
+        if (++sealedBad <= MAX_LISTED_GAPS) problems.push(`${where}: cannot be read (${m.problem})`);
+        continue;
+      }
+      const days = sealed.readDays(m.projectId, `${m.month}-01`, monthEnd(m.month));
+      if (monthKey(m.rollup) !== monthKey(rollupMonth(m.month, days)) && ++sealedBad <= MAX_LISTED_GAPS) {
+        problems.push(`${where}: differs from the merge of its ${days.length} sealed day(s)`);
+      }
+    }
+    if (sealedBad > MAX_LISTED_GAPS) problems.push(`sealed: ${sealedBad - MAX_LISTED_GAPS} more problems`);
+
+    // 4. the newest good snapshot's live days plus the sealed days must equal the log folded up to its sequence
     const newest = snaps.filter((s) => s.data && s.seq <= last).at(-1);
     if (newest?.data) {
-      const folded = toSnapshot(foldLog(store, newest.seq, onProgress, 'fold'));
-      problems.push(...compareSnapshots(newest.data, folded).map((p) => `snapshot ${path.basename(newest.file)}: ${p}`));
+      let restored: AnalyticsState | undefined;
       try {
-        fromSnapshot(newest.data);
+        restored = fromSnapshot(newest.data);
       } catch (err) {
         problems.push(`snapshot ${path.basename(newest.file)}: cannot be restored (${err instanceof Error ? err.message : String(err)})`);
       }
+      if (restored) {
+        const folded = await foldLog(store, newest.seq, onProgress, 'fold');
+        problems.push(...compareWithLog(restored, folded, segments, newest.seq, logStart).map((p) => `snapshot ${path.basename(newest.file)}: ${p}`));
+      }
     }
-    return { ok: problems.length === 0, problems, logEntries: entries, snapshots: snaps.length };
+    return { ok: problems.length === 0, problems, logEntries: entries, snapshots: snaps.length, sealedDays, sealedMonths };
   } finally {
     await store.close();
   }
 }
 
-function dayFigures(d: DaySnapshot): string {
-  const pairs = (p: [string, number][]) => JSON.stringify([...p].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+type Pairs = Array<[string, number]>;
+const sortPairs = (p: Pairs) => [...p].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+
+/** A month rollup in a canonical form (pairs and hashes sorted), to compare two of them. */
+function monthKey(m: SealedMonth): string {
+  const names = Object.keys(m.breakdowns).sort();
   return JSON.stringify([
-    d.pageviews,
-    d.bounces,
-    d.sessionsWithPageview,
-    d.sessionKeys.length,
-    d.users.length,
-    pairs(d.sources),
-    pairs(d.countries),
-    pairs(d.devices),
-    pairs(d.pages),
-    pairs(d.events),
+    m.daily,
+    names.map((n) => [n, sortPairs(m.breakdowns[n]!)]),
+    m.userHashes ? [...m.userHashes].sort((a, b) => a - b) : null,
+    m.sketch ? Buffer.from(m.sketch).toString('base64') : null,
   ]);
 }
 
-/** Day aggregates of a stored snapshot against the log's fold; the names of what differs. */
-function compareSnapshots(stored: SnapshotData, folded: SnapshotData): string[] {
+/** One day's figures and breakdowns summed over its parts (users only when there is a single part: segments overlap). */
+function dayKey(parts: Array<{ figures: DayFigures; breakdowns: Record<string, Pairs> }>): string {
+  const sums = new Map<string, Map<string, number>>();
+  const f = { sessions: 0, pageviews: 0, bounces: 0, sessionsWithPageview: 0, bots: 0, users: parts.length === 1 ? parts[0]!.figures.users : -1 };
+  for (const p of parts) {
+    f.sessions += p.figures.sessions;
+    f.pageviews += p.figures.pageviews;
+    f.bounces += p.figures.bounces;
+    f.sessionsWithPageview += p.figures.sessionsWithPageview;
+    f.bots += p.figures.bots;
+    for (const [name, pairs] of Object.entries(p.breakdowns)) {
+      let m = sums.get(name);
+      if (!m) sums.set(name, (m = new Map()));
+      for (const [k, v] of pairs) m.set(k, (m.get(k) ?? 0) + v);
+    }
+  }
+  const names = [...sums.keys()].filter((n) => sums.get(n)!.size > 0).sort();
+  return JSON.stringify([f, names.map((n) => [n, sortPairs([...sums.get(n)!])])]);
+}
+
+function liveDay(d: DayAggregate): { figures: DayFigures; breakdowns: Record<string, Pairs> } {
+  const breakdowns: Record<string, Pairs> = {};
+  for (const [name, c] of d.breakdowns()) breakdowns[name] = [...c.counts];
+  return { figures: d.figures()[0]!, breakdowns };
+}
+
+/**
+ * Each (project, date) of the log's fold against what the service holds for it: its live day in the snapshot plus its
+ * sealed segments (a segment whose live instance is in the snapshot counts once, as reads do). Dates with a segment
+ * older than the log's first record (retention) cannot be compared and are skipped.
+ */
+function compareWithLog(restored: AnalyticsState, folded: AnalyticsState, segments: Map<string, SealedDay[]>, upTo: number, logStart: number): string[] {
   const out: string[] = [];
-  const index = (s: SnapshotData) => new Map(s.projects.flatMap((p) => p.days.map((d) => [`${p.id} ${d.day}`, dayFigures(d)] as const)));
-  const a = index(stored);
-  const b = index(folded);
-  for (const [k, v] of b) if (a.get(k) !== v) out.push(`day ${k} ${a.has(k) ? 'differs from' : 'is missing, but is in'} the log`);
-  for (const k of a.keys()) if (!b.has(k)) out.push(`day ${k} is not in the log`);
+  const seen = new Set<string>();
+  for (const [id, p] of folded.projects) {
+    for (const [date, d] of p.days) {
+      const k = `${id} ${date}`;
+      seen.add(k);
+      const segs = segments.get(k) ?? [];
+      if (segs.some((s) => s.firstSeq < logStart)) continue;
+      const live = restored.projects.get(id)?.days.get(date);
+      const parts = segs.filter((s) => s.firstSeq <= upTo && s.firstSeq !== live?.firstSeq).map((s) => ({ figures: s.figures, breakdowns: s.breakdowns }));
+      if (live) parts.push(liveDay(live));
+      if (parts.length === 0) out.push(`day ${k} is missing (neither live nor sealed), but is in the log`);
+      else if (dayKey(parts) !== dayKey([liveDay(d)])) out.push(`day ${k} differs from the log`);
+    }
+  }
+  for (const [id, p] of restored.projects) for (const date of p.days.keys()) if (!seen.has(`${id} ${date}`)) out.push(`day ${id} ${date} is not in the log`);
+  if (logStart <= 1) {
+    for (const [k, segs] of segments) if (!seen.has(k) && segs.some((s) => s.lastSeq <= upTo)) out.push(`sealed day ${k} is not in the log`);
+  }
   return out.slice(0, MAX_LISTED_GAPS);
 }
 

@@ -2,6 +2,8 @@ import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
+import { RememberedIds, type IdKey } from './remembered-ids.ts';
+import { SealedStore } from './sealed-store.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
@@ -66,6 +68,10 @@ const STRUCTURES_KEY = 0;
 const PENDING_ERASURES = 'pending_erasures';
 /** Erasure rewrites entries in transactions of this many, so one delete never holds a giant transaction. */
 const ERASE_BATCH = 10_000;
+/** Records removed per retention transaction: keeps each commit short. */
+const DELETE_SLICE = 10_000;
+/** Meta entry: sequence of the oldest record still in the log (retention removes a prefix). */
+const LOG_START = 'log_start_seq';
 
 export class LogStore {
   private root!: RootDatabase;
@@ -73,6 +79,11 @@ export class LogStore {
   private projects!: Database<ProjectRecord, string>;
   private keys!: Database<KeyRecord, string>;
   private meta!: Database<unknown, string>;
+  /** [project, eventId] -> receive time, written with the events (see remembered-ids.ts) */
+  private eventIds!: Database<number, IdKey>;
+  /** opened once; given the new handles when a compaction reopens the environment */
+  private rememberedIds: RememberedIds | undefined;
+  private sealedStore: SealedStore | undefined;
   private nextSeq: number;
   private readonly file: string;
   /** set while the environment is being compacted: writes wait for it */
@@ -90,11 +101,14 @@ export class LogStore {
   }
 
   private openEnv(): void {
-    this.root = open({ path: this.file, mapSize: MAP_SIZE, maxDbs: 8, noSubdir: true, readOnly: this.readOnly });
+    this.root = open({ path: this.file, mapSize: MAP_SIZE, maxDbs: 16, noSubdir: true, readOnly: this.readOnly });
     this.log = this.root.openDB<LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
+    this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
+    this.rememberedIds?.reopen(this.eventIds);
+    this.sealedStore?.reopen(this.root);
   }
 
   /** `readOnly` opens an existing data directory for tools (export, check) while the service may be running. */
@@ -116,7 +130,12 @@ export class LogStore {
     this.nextSeq += records.length;
     if (this.gate) await this.gate;
     await this.log.transaction(() => {
-      for (let i = 0; i < records.length; i++) void this.log.put(first + i, records[i]!);
+      for (let i = 0; i < records.length; i++) {
+        const r = records[i]!;
+        void this.log.put(first + i, r);
+        // The id is durable exactly when its event is: nothing to snapshot, nothing to replay.
+        if (r.t === 'e' && r.eventId !== undefined) void this.eventIds.put([r.p, r.eventId], r.rt);
+      }
     });
     if (this.durability === 'flush') await this.root.flushed;
     return first;
@@ -130,6 +149,36 @@ export class LogStore {
   /** Every entry key of the log in order (without the shared-structures entry), for continuity checks. */
   *sequences(): Generator<number> {
     for (const key of this.log.getKeys({ start: STRUCTURES_KEY + 1 })) yield key;
+  }
+
+  /** Sequence of the oldest record still in the log (retention removes a prefix; 1 when nothing was removed). */
+  firstSeq(): number {
+    return (this.meta.get(LOG_START) as number | undefined) ?? 1;
+  }
+
+  /**
+   * Removes the records with sequence < `seq` (retention), in slices, and records that the log now starts at `seq`
+   * (the marker is written first, so a crash midway leaves a log that says where it starts). Key 0 (msgpackr's shared
+   * structures) stays.
+   */
+  async deleteBelow(seq: number): Promise<number> {
+    const start = this.firstSeq();
+    if (seq <= start) return 0;
+    if (this.gate) await this.gate;
+    await this.meta.put(LOG_START, seq);
+    await this.root.flushed;
+    let removed = 0;
+    for (let from = start; from < seq; from += DELETE_SLICE) {
+      const to = Math.min(seq, from + DELETE_SLICE);
+      await this.log.transaction(() => {
+        for (const key of this.log.getKeys({ start: Math.max(1, from), end: to })) {
+          void this.log.remove(key);
+          removed++;
+        }
+      });
+    }
+    await this.root.flushed;
+    return removed;
   }
 
   countAfter(afterSeq: number): number {
@@ -187,7 +236,8 @@ export class LogStore {
   }
 
   /**
-   * Replaces each log entry of a project with an ERASED marker (the sequence stays continuous, the data goes).
+   * Replaces each log entry of a project with an ERASED marker (the sequence stays continuous, the data goes), and
+   * removes its remembered eventIds, sealed days and month rollups.
    * LMDB is copy-on-write: the old pages stay in the file, on its free list, until they are reused, so the
    * environment is then compacted into a fresh file (only live pages are copied) that replaces the old one.
    * Returns how many log entries were erased.
@@ -205,6 +255,19 @@ export class LogStore {
       });
       onProgress?.(i + part.length);
     }
+    // Its remembered eventIds (keys hold the project id and its event ids), sealed days and month rollups.
+    const ids: IdKey[] = [];
+    for (const k of this.eventIds.getKeys({ start: [projectId], end: [`${projectId}\u0000`] })) if (k[0] === projectId) ids.push(k);
+    for (let i = 0; i < ids.length; i += ERASE_BATCH) {
+      const part = ids.slice(i, i + ERASE_BATCH);
+      await this.root.transaction(() => {
+        for (const k of part) void this.eventIds.remove(k);
+      });
+    }
+    const sealed = this.openSealedStore();
+    await this.root.transaction(() => {
+      sealed.removeProject(projectId);
+    });
     await this.meta.put(PENDING_ERASURES, this.pendingErasures().filter((id) => id !== projectId));
     await this.root.flushed;
     await this.compact();
@@ -296,6 +359,16 @@ export class LogStore {
   async probeWrite(now: number): Promise<void> {
     if (this.gate) await this.gate;
     await this.meta.put('probe', now);
+  }
+
+  /** The remembered eventIds (see remembered-ids.ts). */
+  openRememberedIds(): RememberedIds {
+    return (this.rememberedIds ??= new RememberedIds(this.eventIds));
+  }
+
+  /** Sealed days and month rollups, in this environment (see sealed-store.ts). */
+  openSealedStore(): SealedStore {
+    return (this.sealedStore ??= new SealedStore(this.root));
   }
 
   async close(): Promise<void> {

@@ -25,13 +25,13 @@ export function registerRebuild(program: Command): void {
   dataDirOption(
     program
       .command('rebuild')
-      .description('(service stopped) re-fold every aggregate from the log and write a fresh snapshot')
+      .description('(service stopped) re-fold every aggregate from the log into sealed days, month rollups and a fresh snapshot')
       .option('--json', 'print machine-readable JSON'),
   ).action(async (opts: { dataDir?: string; json?: boolean }) => {
     const dir = resolveDataDir(opts);
     const p = phases(false);
     const out = await onDataDir(() => rebuild(dir, p.onProgress)).finally(() => p.stop());
-    print(opts.json, out, () => `rebuilt ${out.projects} projects from ${out.records} log entries in ${out.ms} ms; snapshot ${out.snapshot}`);
+    print(opts.json, out, () => `rebuilt ${out.projects} projects from ${out.records} log entries in ${out.ms} ms; ${out.sealedDays} sealed day(s); snapshot ${out.snapshot}`);
   });
 }
 
@@ -39,7 +39,7 @@ export function registerCheck(program: Command): void {
   dataDirOption(
     program
       .command('check')
-      .description('verify log continuity, snapshot checksums and that the snapshot agrees with the log; exit 1 on problems')
+      .description('verify log continuity, snapshot checksums, sealed days and month rollups, and that they agree with the log; exit 1 on problems')
       .option('--json', 'print machine-readable JSON'),
   ).action(async (opts: { dataDir?: string; json?: boolean }) => {
     const dir = resolveDataDir(opts);
@@ -47,7 +47,7 @@ export function registerCheck(program: Command): void {
     const out = await onDataDir(() => check(dir, p.onProgress)).finally(() => p.stop());
     print(opts.json, out, () =>
       out.ok
-        ? `ok: ${out.logEntries} log entries in sequence, ${out.snapshots} snapshot(s) verified`
+        ? `ok: ${out.logEntries} log entries in sequence, ${out.snapshots} snapshot(s) verified, ${out.sealedDays} sealed day(s) and ${out.sealedMonths} month rollup(s) consistent`
         : `${out.problems.length} problem(s):\n${out.problems.map((x) => `  - ${x}`).join('\n')}`,
     );
     if (!out.ok) throw new CliError(`check found ${out.problems.length} problem(s) in ${dir}`);

@@ -1,0 +1,198 @@
+import path from 'node:path';
+import { BenchChild, REPO_ROOT } from './lib/child.ts';
+import type { Progress } from './lib/progress.ts';
+import type { LoadResult, LoadSpec } from './load/load-worker.ts';
+import type { Row } from './report.ts';
+import type { BuildResult } from './growth/growth-worker.ts';
+import { wireEvents } from './state/generate-events.ts';
+
+/**
+ * `npm run bench -- --growth`: the states of issue 18, each built through the real reducer and sealing into a real
+ * data directory, then measured in a fresh service process from outside (a /health ping every 5 ms for stalls):
+ * (a) 1 project, 365 days; (b) many projects with Zipf traffic, 365 days; (c) the 30-day state under a fixed
+ * single-event load while snapshots run back to back; (d) events sent live over HTTP, every one with an eventId.
+ * `--quick` scales every state down so the pass takes about a minute.
+ */
+
+export interface GrowthParams {
+  a: { events: number; days: number };
+  b: { projects: number; events: number; days: number };
+  c: { events: number; days: number; rate: number; seconds: number };
+  d: { events: number; batch: number };
+  readMs: number;
+}
+
+export const GROWTH_FULL: GrowthParams = {
+  a: { events: 100_000_000, days: 365 },
+  b: { projects: 10_000, events: 100_000_000, days: 365 },
+  c: { events: 10_000_000, days: 30, rate: 2000, seconds: 30 },
+  d: { events: 10_000_000, batch: 100 },
+  readMs: 5000,
+};
+
+export const GROWTH_QUICK: GrowthParams = {
+  a: { events: 500_000, days: 365 },
+  b: { projects: 300, events: 300_000, days: 365 },
+  c: { events: 300_000, days: 30, rate: 2000, seconds: 6 },
+  d: { events: 200_000, batch: 100 },
+  readMs: 1000,
+};
+
+const WORKER = path.join(REPO_ROOT, 'bench/growth/growth-worker.ts');
+const NODE_ARGS = ['--expose-gc', '--max-old-space-size=8192'];
+/** CONTRACT-sized goals of issue 18. */
+const GIB = 2 ** 30;
+
+interface Served {
+  url: string;
+  startMs: number;
+  rssBytes: number;
+}
+
+interface Ping {
+  pings: number;
+  maxMs: number;
+  over50: number;
+  p99: number;
+}
+
+export interface GrowthResults {
+  a: { build: BuildResult; served: Served; read30: LoadResult['latency']; read365: LoadResult['latency'] };
+  b: { build: BuildResult; served: Served; read30: LoadResult['latency'] };
+  c: { build: BuildResult; during: LoadResult; outside: LoadResult; pingDuring: Ping; pingOutside: Ping };
+  d: { sent: LoadResult; ping: Ping; rssBytes: number; seconds: number };
+}
+
+function addDays(day: string, n: number): string {
+  return new Date(Date.parse(`${day}T00:00:00Z`) + n * 86_400_000).toISOString().slice(0, 10);
+}
+
+async function inChild<T>(fn: (c: BenchChild) => Promise<T>): Promise<T> {
+  const c = new BenchChild(WORKER, { nodeArgs: NODE_ARGS });
+  try {
+    return await fn(c);
+  } finally {
+    await c.stop();
+  }
+}
+
+export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress): Promise<GrowthResults> {
+  const lastDay = new Date().toISOString().slice(0, 10);
+  const load = new BenchChild(path.join(REPO_ROOT, 'bench/load/load-worker.ts'));
+  const pinger = new BenchChild(WORKER);
+  const read = async (url: string, key: string, from: string, to: string) => {
+    const spec: LoadSpec = { origin: url, path: `/metrics?from=${from}&to=${to}`, method: 'GET', headers: { authorization: `Bearer ${key}` }, connections: 1, durationMs: Math.min(1000, p.readMs / 2) };
+    await load.call<LoadResult>('closed', spec);
+    return (await load.call<LoadResult>('closed', { ...spec, durationMs: p.readMs })).latency;
+  };
+  try {
+    // (a)
+    progress.show(`growth (a): building 1 project, ${p.a.days} days, ${p.a.events.toLocaleString('en-US')} events (reducer + sealing)`);
+    const dirA = path.join(tmp, 'growth-a');
+    const buildA = await inChild((c) => c.call<BuildResult>('build', { dir: dirA, projects: 1, events: p.a.events, days: p.a.days, lastDay }));
+    progress.show('growth (a): fresh service, startup, RSS, GET /metrics 30 days / 12 months');
+    const a = await inChild(async (c) => {
+      const served = await c.call<Served>('serve', { dir: dirA, adminKey: buildA.adminKey });
+      const read30 = await read(served.url, buildA.secretKey, addDays(lastDay, -29), lastDay);
+      const read365 = await read(served.url, buildA.secretKey, addDays(lastDay, -364), lastDay);
+      await c.call('stop');
+      return { build: buildA, served, read30, read365 };
+    });
+
+    // (b)
+    progress.show(`growth (b): building ${p.b.projects.toLocaleString('en-US')} projects (Zipf), ${p.b.days} days, ${p.b.events.toLocaleString('en-US')} events`);
+    const dirB = path.join(tmp, 'growth-b');
+    const buildB = await inChild((c) => c.call<BuildResult>('build', { dir: dirB, projects: p.b.projects, events: p.b.events, days: p.b.days, lastDay }));
+    progress.show('growth (b): fresh service, startup, RSS');
+    const b = await inChild(async (c) => {
+      const served = await c.call<Served>('serve', { dir: dirB, adminKey: buildB.adminKey });
+      const read30 = await read(served.url, buildB.secretKey, addDays(lastDay, -29), lastDay);
+      await c.call('stop');
+      return { build: buildB, served, read30 };
+    });
+
+    // (c)
+    progress.show(`growth (c): building ${p.c.events.toLocaleString('en-US')} events over ${p.c.days} days`);
+    const dirC = path.join(tmp, 'growth-c');
+    const buildC = await inChild((c) => c.call<BuildResult>('build', { dir: dirC, projects: 1, events: p.c.events, days: p.c.days, lastDay }));
+    const bodies = wireEvents(200).map((e) => JSON.stringify(e));
+    const post = (url: string): LoadSpec => ({
+      origin: url, path: '/analytics', method: 'POST', headers: { authorization: `Bearer ${buildC.secretKey}`, 'content-type': 'application/json' },
+      bodies, connections: 32, durationMs: p.c.seconds * 1000, rate: p.c.rate,
+    });
+    const underLoad = async (env: Record<string, string>) =>
+      inChild(async (c) => {
+        const served = await c.call<Served>('serve', { dir: dirC, adminKey: buildC.adminKey, env });
+        const [result, ping] = await Promise.all([
+          load.call<LoadResult>('open', post(served.url)),
+          pinger.call<Ping>('ping', { url: served.url, durationMs: p.c.seconds * 1000, everyMs: 5 }),
+        ]);
+        await c.call('stop');
+        return { result, ping };
+      });
+    progress.show(`growth (c): ${p.c.rate} ev/s for ${p.c.seconds} s with a snapshot every second, /health every 5 ms`);
+    const during = await underLoad({ ANALYTICS_SNAPSHOT_INTERVAL_MS: '1000' });
+    progress.show(`growth (c): the same load with snapshots off`);
+    const outside = await underLoad({ ANALYTICS_SNAPSHOT_INTERVAL_MS: '3600000', ANALYTICS_SNAPSHOT_EVERY_EVENTS: '1000000000' });
+    const c = { build: buildC, during: during.result, outside: outside.result, pingDuring: during.ping, pingOutside: outside.ping };
+
+    // (d)
+    progress.show(`growth (d): ${p.d.events.toLocaleString('en-US')} events live over HTTP with eventIds, batches of ${p.d.batch}`);
+    const dirD = path.join(tmp, 'growth-d');
+    const buildD = await inChild((cc) => cc.call<BuildResult>('build', { dir: dirD, projects: 1, events: 1000, days: 1, lastDay }));
+    const d = await inChild(async (cc) => {
+      const served = await cc.call<Served>('serve', { dir: dirD, adminKey: buildD.adminKey, env: { ANALYTICS_SNAPSHOT_INTERVAL_MS: '5000' } });
+      const batchBodies = Array.from({ length: 10 }, (_, i) => JSON.stringify(wireEvents(p.d.batch, 50 + i)));
+      const started = Date.now();
+      const stop = { done: false };
+      const pings: Ping[] = [];
+      const pingLoop = (async () => {
+        while (!stop.done) pings.push(await pinger.call<Ping>('ping', { url: served.url, durationMs: 2000, everyMs: 5 }));
+      })();
+      // Closed loop until the target is reached: 8 connections, each sending the next batch when the last is answered.
+      const perSecond = 60_000;
+      const sent = await load.call<LoadResult>('closed', {
+        origin: served.url, path: '/analytics', method: 'POST', headers: { authorization: `Bearer ${buildD.secretKey}`, 'content-type': 'application/json' },
+        bodies: batchBodies, connections: 8, durationMs: Math.ceil((p.d.events / perSecond) * 1000),
+      });
+      stop.done = true;
+      await pingLoop;
+      const seconds = (Date.now() - started) / 1000;
+      const mem = await cc.call<{ rssBytes: number }>('memory');
+      await cc.call('stop');
+      const ping: Ping = { pings: pings.reduce((n, x) => n + x.pings, 0), maxMs: Math.max(...pings.map((x) => x.maxMs)), over50: pings.reduce((n, x) => n + x.over50, 0), p99: Math.max(...pings.map((x) => x.p99)) };
+      return { sent, ping, rssBytes: mem.rssBytes, seconds };
+    });
+    return { a, b, c, d };
+  } finally {
+    await load.call('close').catch(() => {});
+    await load.stop();
+    await pinger.stop();
+  }
+}
+
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+const ms = (x: number) => `${x.toFixed(x < 1 ? 3 : 1)} ms`;
+const n = (x: number) => x.toLocaleString('en-US');
+
+export function growthRows(g: GrowthResults, p: GrowthParams): Row[] {
+  const rows: Row[] = [];
+  const { a, b, c, d } = g;
+  rows.push({ id: 'growth.a.build', what: `(a) build: 1 project, ${p.a.days} days, ${n(p.a.events)} events, reducer + sealing`, value: `${a.build.seconds.toFixed(0)} s; ${a.build.liveDays} live / ${a.build.sealedDays} sealed days; snapshot ${mib(a.build.snapshotBytes)}` });
+  rows.push({ id: 'growth.a.rss', what: '(a) RSS after startup', value: mib(a.served.rssBytes), num: a.served.rssBytes, goal: '≤ 1 GiB', met: a.served.rssBytes <= GIB });
+  rows.push({ id: 'growth.a.start', what: '(a) startup to serving', value: ms(a.served.startMs), num: a.served.startMs, goal: '≤ 3 s', met: a.served.startMs <= 3000 });
+  rows.push({ id: 'growth.a.read30', what: '(a) GET /metrics 30 days, p50 / p95', value: `${ms(a.read30.p50)} / ${ms(a.read30.p95)}`, num: a.read30.p95, goal: 'p95 ≤ 5 ms', met: a.read30.p95 <= 5 });
+  rows.push({ id: 'growth.a.read365', what: '(a) GET /metrics 12 months, p50 / p95', value: `${ms(a.read365.p50)} / ${ms(a.read365.p95)}`, num: a.read365.p95, goal: 'p95 ≤ 10 ms', met: a.read365.p95 <= 10 });
+  rows.push({ id: 'growth.log', what: '(a) LMDB bytes per event (log + sealed days + ids)', value: `${a.build.logBytesPerEvent.toFixed(0)} B`, num: a.build.logBytesPerEvent, goal: '≤ 150 (log only; issue 17)', met: a.build.logBytesPerEvent <= 150 });
+  rows.push({ id: 'growth.b.build', what: `(b) build: ${n(p.b.projects)} projects (Zipf), ${p.b.days} days, ${n(p.b.events)} events`, value: `${b.build.seconds.toFixed(0)} s; ${b.build.liveDays} live / ${b.build.sealedDays} sealed days; snapshot ${mib(b.build.snapshotBytes)}` });
+  rows.push({ id: 'growth.b.rss', what: '(b) RSS after startup', value: mib(b.served.rssBytes), num: b.served.rssBytes, goal: '≤ 1 GiB', met: b.served.rssBytes <= GIB });
+  rows.push({ id: 'growth.b.start', what: '(b) startup to serving', value: ms(b.served.startMs), num: b.served.startMs, goal: '≤ 3 s', met: b.served.startMs <= 3000 });
+  rows.push({ id: 'growth.b.read30', what: '(b) GET /metrics 30 days of the busiest project, p95', value: ms(b.read30.p95), num: b.read30.p95 });
+  rows.push({ id: 'growth.c.stall', what: `(c) ${n(p.c.events)} events, ${p.c.rate} ev/s, a snapshot every second: longest /health wait (pings over 50 ms)`, value: `${ms(c.pingDuring.maxMs)} (${c.pingDuring.over50} of ${c.pingDuring.pings})`, num: c.pingDuring.maxMs, goal: '≤ 50 ms', met: c.pingDuring.maxMs <= 50 });
+  rows.push({ id: 'growth.c.stallOff', what: '(c) the same with snapshots off: longest /health wait', value: ms(c.pingOutside.maxMs), num: c.pingOutside.maxMs });
+  const ratio = c.during.latency.p99 / c.outside.latency.p99;
+  rows.push({ id: 'growth.c.p99', what: `(c) POST p99 from intended send, snapshots running / off (${c.during.ok} / ${c.outside.ok} ok)`, value: `${ms(c.during.latency.p99)} / ${ms(c.outside.latency.p99)}`, num: ratio, goal: '≤ 2×', met: ratio <= 2 });
+  rows.push({ id: 'growth.d.rss', what: `(d) ${n(d.sent.ok * p.d.batch)} events with eventIds over HTTP in ${d.seconds.toFixed(0)} s: RSS at the end`, value: mib(d.rssBytes), num: d.rssBytes, goal: '≤ 1 GiB', met: d.rssBytes <= GIB });
+  rows.push({ id: 'growth.d.stall', what: '(d) longest /health wait while sending (snapshots every 5 s)', value: `${ms(d.ping.maxMs)} (${d.ping.over50} of ${d.ping.pings} over 50 ms)`, num: d.ping.maxMs, goal: '≤ 50 ms', met: d.ping.maxMs <= 50 });
+  return rows;
+}

@@ -1,0 +1,160 @@
+import type { DayAggregate } from './day-aggregate.ts';
+import type { DayFigures, RangePart } from './day-view.ts';
+import { HyperLogLog } from './hyperloglog.ts';
+import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { NumberSet } from './number-table.ts';
+
+/**
+ * The read form of history: what a day keeps once no event can arrive for it any more, and the month rollups built
+ * from those days. Plain data (typed arrays for users), written once to the store and read back through a cache.
+ *
+ * A sealed day drops what only exactness of later events needed (its per-session table) and keeps what reads need:
+ * the scalar figures (users exact), every capped breakdown by name, and its users as exact hashes while the day is
+ * small (≤ EXACT_USERS_PER_DAY, so small ranges stay exact, as they are while live) or else as the same HyperLogLog
+ * the live day holds, so accuracy is exactly today's.
+ */
+
+export const SEALED_VERSION = 1;
+
+/**
+ * A month rollup keeps its users exact (the union of its days' hashes) up to as many as a day does; past it, a
+ * sketch, so a long range merges registers instead of unioning hundreds of thousands of hashes (a 12-month read of
+ * 2,700-user days took 32 ms as an exact union). Ranges are within 1 % by contract; single days stay exact.
+ */
+export const ROLLUP_EXACT_USERS = EXACT_USERS_PER_DAY;
+
+export type Pairs = Array<[string, number]>;
+
+/** One sealed segment of a day: `firstSeq` names it, so sealing the same live instance again overwrites it. */
+export interface SealedDay {
+  v: number;
+  date: string;
+  firstSeq: number;
+  lastSeq: number;
+  figures: DayFigures;
+  /** breakdown name (a field of the metrics answer) -> [key, count] pairs, capped per day */
+  breakdowns: Record<string, Pairs>;
+  /** every user hash, when the day has at most EXACT_USERS_PER_DAY */
+  userHashes?: Float64Array;
+  /** HyperLogLog registers, when it has more */
+  sketch?: Uint8Array;
+}
+
+/** Every sealed day of one project's calendar month, merged: a 12-month read merges ~12 of these. */
+export interface SealedMonth {
+  v: number;
+  month: string;
+  /** one entry per day with data, in date order */
+  daily: DayFigures[];
+  breakdowns: Record<string, Pairs>;
+  userHashes?: Float64Array;
+  sketch?: Uint8Array;
+}
+
+/** The sealed form of a live day. */
+export function sealDay(d: DayAggregate): SealedDay {
+  const breakdowns: Record<string, Pairs> = {};
+  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  const out: SealedDay = { v: SEALED_VERSION, date: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, figures: d.figures()[0]!, breakdowns };
+  if (d.users.size <= EXACT_USERS_PER_DAY) out.userHashes = d.users.toArray();
+  else out.sketch = (d.sketch ?? sketchOf(d.users)).registers.slice();
+  return out;
+}
+
+function sketchOf(users: NumberSet): HyperLogLog {
+  const h = new HyperLogLog();
+  users.forEach((u) => h.add(u));
+  return h;
+}
+
+/** Merges the sealed days of one month (any order, any number of segments per day) into its rollup. */
+export function rollupMonth(month: string, days: readonly SealedDay[]): SealedMonth {
+  const byDate = new Map<string, DayFigures>();
+  const sums = new Map<string, Map<string, number>>();
+  let exact: NumberSet | undefined = new NumberSet();
+  let sketch: HyperLogLog | undefined;
+  for (const d of days) {
+    const f = byDate.get(d.date);
+    byDate.set(d.date, f ? addFigures(f, d.figures) : { ...d.figures });
+    for (const [name, pairs] of Object.entries(d.breakdowns)) {
+      let m = sums.get(name);
+      if (!m) sums.set(name, (m = new Map()));
+      for (const [k, v] of pairs) m.set(k, (m.get(k) ?? 0) + v);
+    }
+    if (d.sketch) {
+      sketch ??= new HyperLogLog();
+      sketch.merge(new HyperLogLog(d.sketch));
+    } else if (d.userHashes) {
+      if (exact) for (const u of d.userHashes) exact.add(u);
+      if (sketch) for (const u of d.userHashes) sketch.add(u);
+    }
+    if (exact && (sketch || exact.size > ROLLUP_EXACT_USERS)) {
+      sketch ??= new HyperLogLog();
+      const s = sketch;
+      exact.forEach((u) => s.add(u));
+      exact = undefined;
+    }
+  }
+  const breakdowns: Record<string, Pairs> = {};
+  for (const [name, m] of sums) breakdowns[name] = [...m];
+  const out: SealedMonth = {
+    v: SEALED_VERSION,
+    month,
+    daily: [...byDate.values()].sort((a, b) => (a.date < b.date ? -1 : 1)),
+    breakdowns,
+  };
+  if (sketch) out.sketch = sketch.registers;
+  else out.userHashes = exact!.toArray();
+  return out;
+}
+
+/**
+ * Two segments of one day (events that arrived after it was sealed, only possible when the server clock jumped back
+ * further than the seal margin): counts add; users add too, an upper bound, since the segments' sessions and users
+ * cannot be told apart any more.
+ */
+function addFigures(a: DayFigures, b: DayFigures): DayFigures {
+  return {
+    date: a.date,
+    users: a.users + b.users,
+    sessions: a.sessions + b.sessions,
+    pageviews: a.pageviews + b.pageviews,
+    bounces: a.bounces + b.bounces,
+    sessionsWithPageview: a.sessionsWithPageview + b.sessionsWithPageview,
+    bots: a.bots + b.bots,
+  };
+}
+
+/** A sealed day or month as a RangePart. */
+export class SealedPart implements RangePart {
+  readonly sketch: HyperLogLog | undefined;
+  private readonly daily: readonly DayFigures[];
+  private readonly breakdowns: Record<string, Pairs>;
+  private readonly hashes: Float64Array | undefined;
+  /** rough heap bytes, for the read cache's budget */
+  readonly bytes: number;
+
+  constructor(data: SealedDay | SealedMonth) {
+    this.daily = 'daily' in data ? data.daily : [data.figures];
+    this.breakdowns = data.breakdowns;
+    this.hashes = data.userHashes;
+    this.sketch = data.sketch ? new HyperLogLog(data.sketch) : undefined;
+    let pairs = 0;
+    for (const p of Object.values(data.breakdowns)) pairs += p.length;
+    this.bytes = 200 + this.daily.length * 100 + pairs * 60 + (data.userHashes?.byteLength ?? 0) + (data.sketch?.byteLength ?? 0);
+  }
+
+  figures(): readonly DayFigures[] {
+    return this.daily;
+  }
+
+  sumBreakdown(name: string, into: Map<string, number>): void {
+    const pairs = this.breakdowns[name];
+    if (pairs) for (const [k, v] of pairs) into.set(k, (into.get(k) ?? 0) + v);
+  }
+
+  forEachUser(fn: (hash: number) => void): void {
+    const h = this.hashes;
+    if (h) for (let i = 0; i < h.length; i++) fn(h[i]!);
+  }
+}

@@ -1,0 +1,73 @@
+import { rollupMonth, sealDay, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
+import { monthEnd } from '../core/sealed-source.ts';
+import { dropSealed, sealAt, takeSealQueue, type AnalyticsState, type SealRequest } from '../core/state.ts';
+import type { SealedStore } from '../store/sealed-store.ts';
+
+/**
+ * Writes the days the reducer hands over (their window has closed) to the sealed store, with the rollup of every
+ * month whose last day is sealable, then drops them from the heap. One write at a time, so a rollup always sees every
+ * earlier day of its month on disk; a day is dropped only once its sealed form is flushed, and a snapshot taken
+ * meanwhile still holds it live, so a crash at any point loses nothing (re-sealing overwrites the same segment).
+ */
+
+/** Days per transaction: sealing 10,000 projects' day at midnight is many small writes, not one long stall. */
+const SEAL_BATCH = 256;
+
+export class Sealer {
+  private running: Promise<void> | undefined;
+
+  constructor(
+    readonly state: AnalyticsState,
+    private readonly store: SealedStore,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  /** Starts writing queued days, if any and not already at it. */
+  kick(): void {
+    if (this.running || this.state.sealQueue.length === 0) return;
+    this.running = this.run()
+      .catch((err: unknown) => this.log(`sealing failed (the days stay live and are retried): ${err instanceof Error ? err.message : String(err)}`))
+      .finally(() => {
+        this.running = undefined;
+      });
+  }
+
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  private async run(): Promise<void> {
+    while (this.state.sealQueue.length > 0) {
+      const queue = takeSealQueue(this.state);
+      for (let i = 0; i < queue.length; i += SEAL_BATCH) {
+        const batch = queue.slice(i, i + SEAL_BATCH);
+        try {
+          await this.sealBatch(batch);
+        } catch (err) {
+          // Not written: hand every day back so the next check queues it again.
+          for (const r of queue.slice(i)) r.day.sealing = false;
+          this.state.nextSealCheck = 0;
+          throw err;
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    }
+  }
+
+  private async sealBatch(batch: SealRequest[]): Promise<void> {
+    const days = batch.map((r) => ({ projectId: r.projectId, day: sealDay(r.day) }));
+    const months: Array<{ projectId: string; month: SealedMonth }> = [];
+    const touched = new Map<string, { projectId: string; month: string }>();
+    for (const { projectId, day } of days) touched.set(`${projectId}\u0000${day.date.slice(0, 7)}`, { projectId, month: day.date.slice(0, 7) });
+    for (const { projectId, month } of touched.values()) {
+      const last = monthEnd(month);
+      if (sealAt(last) > this.state.maxRt) continue; // the month is not over yet: its rollup comes with its last day
+      const segments = new Map<string, SealedDay>();
+      for (const d of this.store.readDays(projectId, `${month}-01`, last)) segments.set(`${d.date}\u0000${d.firstSeq}`, d);
+      for (const d of days) if (d.projectId === projectId && d.day.date.startsWith(month)) segments.set(`${d.day.date}\u0000${d.day.firstSeq}`, d.day);
+      months.push({ projectId, month: rollupMonth(month, [...segments.values()]) });
+    }
+    await this.store.write({ days, months });
+    for (let i = 0; i < batch.length; i++) dropSealed(this.state, batch[i]!.projectId, batch[i]!.day, days[i]!.day.lastSeq);
+  }
+}

@@ -1,0 +1,97 @@
+import { createHash } from 'node:crypto';
+import { open as openFile, rename } from 'node:fs/promises';
+import path from 'node:path';
+import { serialize } from 'node:v8';
+import { setPriority } from 'node:os';
+import { parentPort } from 'node:worker_threads';
+import type { Encoded, SnapshotData } from '../core/snapshot.ts';
+import { frameHeader, MAGIC } from './snapshot-format.ts';
+
+/**
+ * Serializes, hashes and writes a snapshot off the main thread. The main thread only captures the live state (typed
+ * arrays are copies it transfers, not clones) and posts it here, so the event loop never waits on v8.serialize,
+ * SHA-256 or the disk. Each project and each live day is its own frame, so no buffer nears 2 GiB whatever the size.
+ */
+
+interface WriteRequest {
+  id: number;
+  data: SnapshotData;
+  file: string;
+}
+
+/** The bytes of every day and ring as last sent, by key: unchanged ones arrive as their key alone. */
+const held = new Map<string, Uint8Array>();
+
+function isEncoded(v: unknown): v is Encoded {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && typeof (v as Encoded).key === 'string' && !('day' in v);
+}
+
+function resolve(e: Encoded, seen: Set<string>): Uint8Array {
+  seen.add(e.key);
+  if (e.bytes) held.set(e.key, e.bytes);
+  const bytes = held.get(e.key);
+  if (!bytes) throw new Error(`snapshot writer holds nothing for ${e.key}`);
+  return bytes;
+}
+
+async function write({ data, file }: WriteRequest): Promise<number> {
+  const seen = new Set<string>();
+  const tmp = `${file}.tmp`;
+  const fh = await openFile(tmp, 'w', 0o600);
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const frame = async (value: unknown) => {
+    // Bytes the main thread already serialized (cached days and rings) are written as they are.
+    const body = value instanceof Uint8Array ? value : serialize(value);
+    const head = frameHeader(body.length);
+    hash.update(head).update(body);
+    await fh.writev([head, body]);
+    bytes += head.length + body.length;
+  };
+  try {
+    await fh.write(MAGIC);
+    await frame({ version: data.version, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length });
+    for (const p of data.projects) {
+      const { days, recent, ...rest } = p;
+      await frame({ ...rest, recent: isEncoded(recent) ? resolve(recent, seen) : recent, days: days.length });
+      for (const d of days) await frame(isEncoded(d) ? resolve(d, seen) : d);
+    }
+    await fh.write(frameHeader(0));
+    await fh.write(hash.digest());
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  for (const key of held.keys()) if (!seen.has(key)) held.delete(key); // sealed or gone since
+  await rename(tmp, file);
+  // The rename is durable once the directory is synced (here too: an fsync can take a while on a busy disk).
+  const dir = await openFile(path.dirname(file), 'r');
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+  return bytes;
+}
+
+/**
+ * Lowest CPU priority for this thread only (on Linux, setpriority of "process 0" is the calling thread): on a small
+ * machine the snapshot writer must not take a core from the event loop or LMDB's writer while requests wait.
+ */
+const BACKGROUND_NICE = 19;
+try {
+  setPriority(BACKGROUND_NICE);
+} catch {
+  // not permitted here: the snapshot still gets written, at normal priority
+}
+
+parentPort!.on('message', (req: WriteRequest | { preload: Encoded[] }) => {
+  if ('preload' in req) {
+    for (const e of req.preload) if (e.bytes) held.set(e.key, e.bytes);
+    return;
+  }
+  write(req).then(
+    (bytes) => parentPort!.postMessage({ id: req.id, ok: true, bytes }),
+    (err: unknown) => parentPort!.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
+  );
+});

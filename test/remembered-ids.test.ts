@@ -1,0 +1,51 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { DEDUP_WINDOW_MS } from '../src/core/limits.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+import { LogStore } from '../src/store/log-store.ts';
+
+const event = (p: string, eventId: string, rt: number): StoredEvent => ({
+  t: 'e', p, ts: rt, rt, day: new Date(rt).toISOString().slice(0, 10), event: 'x', url: '', path: '', referrer: '', source: 'Direct',
+  sessionId: 's', user: 's:s', country: 'DE', device: 'desktop', params: {}, eventId,
+});
+
+test('eventIds are durable with their events (no snapshot), per project, and expire after 48 hours in LMDB and in memory', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'analytics-ids-'));
+  try {
+    const t0 = Date.parse('2026-11-01T00:00:00Z');
+    let store = LogStore.open(dir, 'commit');
+    // 25,000 ids: more than two expiry slices.
+    const old = Array.from({ length: 25_000 }, (_, i) => event('p_a', `old-${i}`, t0));
+    for (let i = 0; i < old.length; i += 5000) await store.append(old.slice(i, i + 5000));
+    await store.append([event('p_a', 'fresh', t0 + DEDUP_WINDOW_MS), event('p_b', 'old-1', t0 + DEDUP_WINDOW_MS)]);
+    await store.close();
+
+    // A restart: what the engine remembers comes from LMDB alone.
+    store = LogStore.open(dir, 'commit');
+    let ids = store.openRememberedIds();
+    const now = t0 + DEDUP_WINDOW_MS - 1;
+    assert.equal(ids.load(now), 25_002);
+    assert.ok(ids.has('p_a', 'old-17', now));
+    assert.ok(!ids.has('p_a', 'old-17', t0 + DEDUP_WINDOW_MS), 'expired after 48 h even before the expiry pass');
+    assert.ok(!ids.has('p_c', 'old-17', now), 'ids belong to their project');
+    assert.ok(!ids.has('p_a', 'never-sent', now));
+
+    const later = t0 + DEDUP_WINDOW_MS + 1;
+    assert.equal(await ids.expire(later), 25_000);
+    assert.equal(ids.size, 2);
+    assert.ok(ids.has('p_a', 'fresh', later));
+    assert.ok(ids.has('p_b', 'old-1', later));
+    assert.ok(!ids.has('p_a', 'old-1', later));
+    await store.close();
+
+    store = LogStore.open(dir, 'commit');
+    ids = store.openRememberedIds();
+    assert.equal(ids.load(later), 2, 'expired ids are gone from LMDB too');
+    await store.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
