@@ -4,7 +4,7 @@ import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
 import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
 import { buildTracker } from '../tracker/build.ts';
-import { readBody } from './read-body.ts';
+import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
  * The HTTP face: parses the wire, calls the engine, maps outcomes to status codes and headers. It holds no rules
@@ -241,9 +241,16 @@ export class HttpFace {
       req.resume();
       return wireFail('unsupported_media_type', 'send Content-Type: application/json (or text/plain for beacons)');
     }
-    const body = await readBody(req);
+    const encoding = bodyEncoding(req.headers['content-encoding']);
+    if (encoding === undefined) {
+      req.resume();
+      return wireFail('unsupported_media_type', 'send the body plain or with Content-Encoding: gzip');
+    }
+    const body = await readBody(req, encoding);
     if (!body.ok) {
       if (body.reason === 'aborted') return { ...wireFail('invalid_request', body.message), aborted: true };
+      // the rest of a body that does not inflate is unread: answer, then close the connection
+      if (body.reason === 'bad_encoding') return { ...wireFail('invalid_request', body.message), tooLarge: true };
       return { ...wireFail('payload_too_large', body.message), tooLarge: true };
     }
     let text = body.text;

@@ -23,6 +23,15 @@ export class SnapshotFiles {
   constructor(dataDir: string) {
     this.dir = path.join(dataDir, 'snapshots');
     mkdirSync(this.dir, { recursive: true });
+    // A process killed mid-write leaves its temporary file (up to a full snapshot) behind: nobody else writes here.
+    this.removeLeftovers();
+  }
+
+  /** Temporary files of writes that never finished. */
+  removeLeftovers(): string[] {
+    const gone = readdirSync(this.dir).filter((f) => f.endsWith('.tmp'));
+    for (const f of gone) rmSync(path.join(this.dir, f), { force: true });
+    return gone;
   }
 
   async write(data: SnapshotData): Promise<string> {
@@ -80,6 +89,5 @@ export class SnapshotFiles {
   private prune(): void {
     const all = this.files();
     for (const f of all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT))) rmSync(path.join(this.dir, f), { force: true });
-    for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
 }
