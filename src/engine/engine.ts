@@ -94,7 +94,7 @@ export class Engine implements AnalyticsEngine {
   static async open(opts: EngineOptions): Promise<Engine> {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
-    const store = LogStore.open(opts.config.dataDir, opts.config.durability);
+    const store = LogStore.open(opts.config.dataDir, opts.config.durability, log);
     const files = new SnapshotFiles(opts.config.dataDir);
     const state = recoverState(store, files, log);
     const enricher = await createEnricher({

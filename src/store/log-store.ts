@@ -52,7 +52,54 @@ const MAP_SIZE = 2 ** 40;
  */
 const STRUCTURES_KEY = 0;
 
+/**
+ * lmdb-js rejects a failed commit's writes with 'Commit failed' and hangs the real cause on `error.commitError`, a
+ * second promise rejected a moment later. Nobody awaited that one, so a full disk ended the process with an
+ * unhandled rejection. This takes it over and returns the error with the cause in its message.
+ */
+function commitFailure(err: unknown): Error {
+  const e = err instanceof Error ? err : new Error(String(err));
+  const cause = (e as Error & { commitError?: Promise<unknown> }).commitError;
+  if (cause && typeof cause.then === 'function') {
+    cause.then(
+      () => {},
+      (why: unknown) => {
+        e.message = `${e.message}: ${why instanceof Error ? why.message : String(why)}`;
+      },
+    );
+  }
+  return e;
+}
+
+/**
+ * lmdb-js also writes on its own inside our transactions (msgpackr's shared structures, through a put whose promise
+ * nobody holds), so a failed commit leaves rejections we cannot reach. Our own writes report the failure through the
+ * promises we await, so these are noise; anything else still ends the process as Node would.
+ */
+let lmdbRejectionsContained = false;
+function containLmdbRejections(log: (line: string) => void): void {
+  if (lmdbRejectionsContained) return;
+  lmdbRejectionsContained = true;
+  process.on('unhandledRejection', (reason) => {
+    const stack = reason instanceof Error ? (reason.stack ?? '') : '';
+    if (/[\\/]lmdb[\\/]write\.js/.test(stack)) {
+      log(`storage write failed (already reported to its caller): ${(reason as Error).message}`);
+      return;
+    }
+    throw reason;
+  });
+}
+
+/** A fault injected into the store's writes, for tests of failing disks: return an error to make the write fail. */
+export type StoreFault = (op: 'append' | 'write') => Error | undefined;
+
 export class LogStore {
+  /**
+   * Set by tests to make writes fail inside the real LMDB transaction (the transaction aborts, exactly as on ENOSPC).
+   * Not a mock: everything else runs for real.
+   */
+  fault: StoreFault | undefined;
+
   private readonly root: RootDatabase;
   private readonly log: Database<LogRecord, number>;
   private readonly projects: Database<ProjectRecord, string>;
@@ -72,7 +119,8 @@ export class LogStore {
     this.nextSeq = last + 1;
   }
 
-  static open(dataDir: string, durability: Durability): LogStore {
+  static open(dataDir: string, durability: Durability, log: (line: string) => void = () => {}): LogStore {
+    containLmdbRejections(log);
     return new LogStore(dataDir, durability);
   }
 
@@ -83,16 +131,35 @@ export class LogStore {
 
   /**
    * Appends records as one transaction and resolves with their first sequence number once they are committed
-   * (and, in `flush` mode, on disk). Sequence numbers are assigned synchronously, in call order.
+   * (and, in `flush` mode, on disk). Transactions run in call order, so sequence numbers follow call order too.
+   * `extra` runs inside the same transaction (more writes that must commit with the records, or not at all).
+   *
+   * The sequence is taken from the log itself inside the transaction, not counted ahead: a commit that fails (a
+   * full disk) leaves no gap for the next one. Writes inside use putSync: the transaction's one promise carries
+   * the outcome (per-put promises of a failed commit used to reject with nobody listening, which killed the process).
    */
-  async append(records: readonly LogRecord[]): Promise<number> {
-    const first = this.nextSeq;
-    this.nextSeq += records.length;
-    await this.log.transaction(() => {
-      for (let i = 0; i < records.length; i++) void this.log.put(first + i, records[i]!);
-    });
+  async append(records: readonly LogRecord[], extra?: (firstSeq: number) => void): Promise<number> {
+    let first = 0;
+    try {
+      await this.log.transaction(() => {
+        const fault = this.fault?.('append');
+        if (fault) throw fault;
+        first = this.lastKey() + 1;
+        for (let i = 0; i < records.length; i++) this.log.putSync(first + i, records[i]!);
+        extra?.(first);
+        this.nextSeq = first + records.length;
+      });
+    } catch (err) {
+      this.nextSeq = this.lastKey() + 1; // what is committed, whatever the failed transaction counted
+      throw commitFailure(err);
+    }
     if (this.durability === 'flush') await this.root.flushed;
     return first;
+  }
+
+  private lastKey(): number {
+    for (const key of this.log.getKeys({ reverse: true, limit: 1 })) return key;
+    return 0;
   }
 
   /** Records after `afterSeq`, in order. */
@@ -150,7 +217,16 @@ export class LogStore {
 
   /** A tiny write that proves the store still accepts writes (health). */
   async probeWrite(now: number): Promise<void> {
-    await this.meta.put('probe', now);
+    try {
+      await this.meta.transaction(() => {
+        const fault = this.fault?.('write');
+        if (fault) throw fault;
+        this.meta.putSync('probe', now);
+      });
+      await this.root.flushed;
+    } catch (err) {
+      throw commitFailure(err);
+    }
   }
 
   async close(): Promise<void> {

@@ -41,12 +41,17 @@ export class SnapshotFiles {
     const tmp = `${file}.tmp`;
     const fh = await openFile(tmp, 'w', 0o600);
     try {
-      await fh.writev([MAGIC, digest, body]);
-      await fh.sync();
-    } finally {
-      await fh.close();
+      try {
+        await fh.writev([MAGIC, digest, body]);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, file);
+    } catch (err) {
+      rmSync(tmp, { force: true }); // a full disk must not keep half a snapshot on it
+      throw err;
     }
-    await rename(tmp, file);
     const dh = await openFile(this.dir, 'r');
     try {
       await dh.sync();
