@@ -325,6 +325,7 @@ export class Engine implements AnalyticsEngine {
       status: this.closing || !this.storageOk ? 'unavailable' : 'ok',
       version: this.version,
       uptimeSeconds: Math.floor((this.now() - this.startedAt) / 1000),
+      log: { lastSeq: this.store.lastSeq(), verifiedRecords: this.store.verified, verifiedAt: new Date(this.startedAt).toISOString(), ok: true },
     };
   }
 

@@ -1,4 +1,5 @@
 import { mkdirSync } from 'node:fs';
+import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { LogRecord } from '../core/types.ts';
@@ -90,6 +91,48 @@ function containLmdbRejections(log: (line: string) => void): void {
   });
 }
 
+/**
+ * The log's on-disk format (2): one LMDB entry per appended batch, keyed by the batch's first sequence:
+ *   [u8 kind: 2 = records, 3 = tombstone][u32 count][u32 crc32 of payload][payload: msgpack array of the records]
+ * The count makes the sequence continuous (an entry must start where the previous one ended), the checksum catches
+ * changed bytes. A tombstone keeps the count and drops the payload: erasing a deleted project's events rewrites its
+ * entries without them (or as tombstones when nothing is left), and continuity still holds.
+ * One entry per batch shares msgpack's per-entry overhead and LMDB's per-key overhead across the batch.
+ */
+const KIND_RECORDS = 2;
+const KIND_TOMBSTONE = 3;
+const HEADER_BYTES = 9;
+
+function encodeEntry(payload: Buffer, count: number, kind = KIND_RECORDS): Buffer {
+  const out = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
+  out[0] = kind;
+  out.writeUInt32BE(count, 1);
+  out.writeUInt32BE(crc32(payload), 5);
+  payload.copy(out, HEADER_BYTES);
+  return out;
+}
+
+function decodeEntry(value: unknown, seq: number): { count: number; payload: Buffer; tombstone: boolean } {
+  if (!Buffer.isBuffer(value) || value.length < HEADER_BYTES) throw new LogDamage(seq, 'entry is not a log entry (no header)');
+  const kind = value[0];
+  if (kind !== KIND_RECORDS && kind !== KIND_TOMBSTONE) throw new LogDamage(seq, `entry has an unknown kind ${kind}`);
+  const count = value.readUInt32BE(1);
+  const payload = value.subarray(HEADER_BYTES);
+  if (count === 0) throw new LogDamage(seq, 'entry claims no records');
+  if (crc32(payload) !== value.readUInt32BE(5)) throw new LogDamage(seq, 'checksum mismatch');
+  return { count, payload, tombstone: kind === KIND_TOMBSTONE };
+}
+
+/** The log cannot be trusted from `seq` on. */
+export class LogDamage extends Error {
+  constructor(
+    readonly seq: number,
+    readonly reason: string,
+  ) {
+    super(`the event log is damaged at sequence ${seq}: ${reason}`);
+  }
+}
+
 /** A fault injected into the store's writes, for tests of failing disks: return an error to make the write fail. */
 export type StoreFault = (op: 'append' | 'write') => Error | undefined;
 
@@ -101,7 +144,9 @@ export class LogStore {
   fault: StoreFault | undefined;
 
   private readonly root: RootDatabase;
-  private readonly log: Database<LogRecord, number>;
+  private readonly log: Database<Buffer | LogRecord, number>;
+  /** the log db's msgpack encoder (with its shared structures): a batch's records are one msgpack array */
+  private readonly codec: { encode(v: unknown): Buffer; decode(b: Buffer): unknown };
   private readonly projects: Database<ProjectRecord, string>;
   private readonly keys: Database<KeyRecord, string>;
   private readonly meta: Database<unknown, string>;
@@ -110,13 +155,12 @@ export class LogStore {
   private constructor(dataDir: string, private readonly durability: Durability) {
     mkdirSync(dataDir, { recursive: true });
     this.root = open({ path: path.join(dataDir, 'analytics.lmdb'), mapSize: MAP_SIZE, maxDbs: 8, noSubdir: true });
-    this.log = this.root.openDB<LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
+    this.log = this.root.openDB<Buffer | LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
+    this.codec = (this.log as unknown as { encoder: { encode(v: unknown): Buffer; decode(b: Buffer): unknown } }).encoder;
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
-    let last = 0;
-    for (const key of this.log.getKeys({ reverse: true, limit: 1 })) last = key;
-    this.nextSeq = last + 1;
+    this.nextSeq = this.lastKey() + 1;
   }
 
   static open(dataDir: string, durability: Durability, log: (line: string) => void = () => {}): LogStore {
@@ -145,7 +189,7 @@ export class LogStore {
         const fault = this.fault?.('append');
         if (fault) throw fault;
         first = this.lastKey() + 1;
-        for (let i = 0; i < records.length; i++) this.log.putSync(first + i, records[i]!);
+        this.log.putSync(first, encodeEntry(this.codec.encode(records), records.length));
         extra?.(first);
         this.nextSeq = first + records.length;
       });
@@ -157,18 +201,82 @@ export class LogStore {
     return first;
   }
 
+  /** The last sequence in the log (0 when empty): the last entry's first sequence plus its count, less one. */
   private lastKey(): number {
-    for (const key of this.log.getKeys({ reverse: true, limit: 1 })) return key;
+    for (const { key, value } of this.log.getRange({ reverse: true, limit: 1 })) {
+      if (key === STRUCTURES_KEY) return 0;
+      return Buffer.isBuffer(value) && value.length >= HEADER_BYTES ? key + value.readUInt32BE(1) - 1 : key;
+    }
     return 0;
   }
 
-  /** Records after `afterSeq`, in order. */
+  /**
+   * Records after `afterSeq`, in order, each entry verified as it is read: its checksum, and that it starts where the
+   * previous one ended (or where the log starts: 1, or the retention marker `logStart`). The first problem throws a
+   * LogDamage naming the first sequence that cannot be trusted; `verified` counts what passed.
+   */
   *readAfter(afterSeq: number): Generator<{ seq: number; record: LogRecord }> {
-    for (const { key, value } of this.log.getRange({ start: afterSeq + 1 })) yield { seq: key, record: value };
+    // the entry holding afterSeq + 1 starts at or before it
+    let start = afterSeq + 1;
+    for (const key of this.log.getKeys({ start: afterSeq + 1, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY) start = key;
+    let expected = start === afterSeq + 1 && afterSeq === 0 ? this.logStart() : start;
+    for (const { key, value } of this.log.getRange({ start })) {
+      if (key === STRUCTURES_KEY) continue;
+      if (key !== expected) {
+        throw new LogDamage(Math.min(key, expected), `the log jumps from sequence ${expected - 1} to ${key}: ${key > expected ? key - expected : 'overlapping'} records missing`);
+      }
+      const entry = decodeEntry(value, key);
+      expected = key + entry.count;
+      if (entry.tombstone) {
+        this.verified += entry.count;
+        continue;
+      }
+      let records: LogRecord[];
+      try {
+        records = this.codec.decode(entry.payload) as LogRecord[];
+      } catch (err) {
+        throw new LogDamage(key, `entry does not decode: ${err instanceof Error ? err.message : String(err)}`);
+      }
+      if (!Array.isArray(records) || records.length !== entry.count) throw new LogDamage(key, 'entry holds a different number of records than its header says');
+      this.verified += entry.count;
+      for (let i = 0; i < records.length; i++) if (key + i > afterSeq) yield { seq: key + i, record: records[i]! };
+    }
+  }
+
+  /** Entries, records and stored value bytes of the log (bench: bytes per event). */
+  logSize(): { entries: number; records: number; bytes: number } {
+    let entries = 0;
+    let records = 0;
+    let bytes = 0;
+    for (const { key, value } of this.log.getRange({ start: 1 })) {
+      entries++;
+      if (Buffer.isBuffer(value) && value.length >= HEADER_BYTES) {
+        records += value.readUInt32BE(1);
+        bytes += value.length;
+      }
+      void key;
+    }
+    return { entries, records, bytes };
+  }
+
+  /** Records verified by readAfter since the store was opened (health reports the last verification). */
+  verified = 0;
+
+  /** Where the log starts: 1, or the first sequence kept after a deliberate retention cut (meta `logStart`). */
+  logStart(): number {
+    return (this.meta.get('logStart') as number | undefined) ?? 1;
   }
 
   countAfter(afterSeq: number): number {
-    return this.log.getCount({ start: afterSeq + 1 });
+    return Math.max(0, this.lastSeq() - afterSeq);
+  }
+
+  /**
+   * A consistent online copy of the LMDB environment (LMDB's copy with compaction: a read transaction, so writers
+   * go on meanwhile). Other processes may hold the environment open.
+   */
+  async backup(destFile: string): Promise<void> {
+    await this.root.backup(destFile, true);
   }
 
   getProject(id: string): ProjectRecord | undefined {
