@@ -99,6 +99,7 @@ function containLmdbRejections(log: (line: string) => void): void {
  * entries without them (or as tombstones when nothing is left), and continuity still holds.
  * One entry per batch shares msgpack's per-entry overhead and LMDB's per-key overhead across the batch.
  */
+const FORMAT2_FROM_KEY = 'logFormat2From';
 const KIND_RECORDS = 2;
 const KIND_TOMBSTONE = 3;
 const HEADER_BYTES = 9;
@@ -161,7 +162,13 @@ export class LogStore {
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.nextSeq = this.lastKey() + 1;
+    // Entries below this sequence were written before format 2 (one msgpack record each, no checksum) and are read
+    // as such; from here on every entry must be a checked format 2 entry. Recorded once, on the first open.
+    this.format2From = (this.meta.get(FORMAT2_FROM_KEY) as number | undefined) ?? this.nextSeq;
+    if (this.meta.get(FORMAT2_FROM_KEY) === undefined) this.meta.putSync(FORMAT2_FROM_KEY, this.format2From);
   }
+
+  private readonly format2From: number;
 
   static open(dataDir: string, durability: Durability, log: (line: string) => void = () => {}): LogStore {
     containLmdbRejections(log);
@@ -224,6 +231,12 @@ export class LogStore {
       if (key === STRUCTURES_KEY) continue;
       if (key !== expected) {
         throw new LogDamage(Math.min(key, expected), `the log jumps from sequence ${expected - 1} to ${key}: ${key > expected ? key - expected : 'overlapping'} records missing`);
+      }
+      if (key < this.format2From && !Buffer.isBuffer(value)) {
+        // a record of a log written before format 2: readable, not checkable
+        expected = key + 1;
+        if (key > afterSeq) yield { seq: key, record: value };
+        continue;
       }
       const entry = decodeEntry(value, key);
       expected = key + entry.count;
