@@ -68,8 +68,22 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     stop() {
       stopping ??= (async () => {
         engine.beginShutdown();
-        await Promise.all([http.close(FACE_DRAIN_MS), grpc.close(FACE_DRAIN_MS)]);
-        await engine.close();
+        const work = (async () => {
+          await Promise.all([http.close(FACE_DRAIN_MS), grpc.close(FACE_DRAIN_MS)]);
+          await engine.close();
+        })();
+        // The deadline holds whatever happens: past it the process may exit without the snapshot (the log is the
+        // truth, and LMDB is crash-safe), never hang.
+        let timer: NodeJS.Timeout | undefined;
+        const deadline = new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            log(`shutdown: drain deadline of ${DRAIN_DEADLINE_MS} ms passed; stopping without waiting further`);
+            resolve();
+          }, DRAIN_DEADLINE_MS);
+          timer.unref();
+        });
+        await Promise.race([work, deadline]);
+        clearTimeout(timer);
       })();
       return stopping;
     },
