@@ -29,7 +29,7 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
   }
   const from = q.date ?? q.from ?? today;
   const to = q.date ?? q.to ?? (q.from !== undefined ? today : from);
-  if (from < MIN_QUERY_DATE || to > MAX_QUERY_DATE) {
+  if (!isValidDate(from) || !isValidDate(to) || from < MIN_QUERY_DATE || to > MAX_QUERY_DATE) {
     // only reachable through `today` (a clock outside the bounds): refuse rather than loop
     return { ok: false, message: `dates must lie between ${MIN_QUERY_DATE} and ${MAX_QUERY_DATE}` };
   }
