@@ -27,7 +27,7 @@ async function scenario(env: Record<string, string>) {
   await svc.stop();
   const store = LogStore.open(svc.dataDir, 'commit');
   const left = [...store.readAfter(0)].length;
-  const firstSeq = store.firstSeq();
+  const firstSeq = store.logStart();
   await store.close();
   await svc.destroy();
   return { removed, before, after, restarted, left, firstSeq };

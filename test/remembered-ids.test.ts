@@ -17,10 +17,13 @@ test('eventIds are durable with their events (no snapshot), per project, and exp
   try {
     const t0 = Date.parse('2026-11-01T00:00:00Z');
     let store = LogStore.open(dir, 'commit');
+    const written = store.openRememberedIds();
+    // Appended as the engine does: the ids in the append's own transaction.
+    const append = (records: StoredEvent[]) => store.append(records, () => written.writeWith(records));
     // 25,000 ids: more than two expiry slices.
     const old = Array.from({ length: 25_000 }, (_, i) => event('p_a', `old-${i}`, t0));
-    for (let i = 0; i < old.length; i += 5000) await store.append(old.slice(i, i + 5000));
-    await store.append([event('p_a', 'fresh', t0 + DEDUP_WINDOW_MS), event('p_b', 'old-1', t0 + DEDUP_WINDOW_MS)]);
+    for (let i = 0; i < old.length; i += 5000) await append(old.slice(i, i + 5000));
+    await append([event('p_a', 'fresh', t0 + DEDUP_WINDOW_MS), event('p_b', 'old-1', t0 + DEDUP_WINDOW_MS)]);
     await store.close();
 
     // A restart: what the engine remembers comes from LMDB alone.

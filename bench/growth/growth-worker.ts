@@ -139,13 +139,15 @@ async function build(a: BuildArgs): Promise<BuildResult> {
   );
   const state = new AnalyticsState();
   const sealer = new Sealer(state, store.openSealedStore(), (line) => process.stderr.write(`${line}\n`));
+  const rememberedIds = store.openRememberedIds();
   let seq = store.lastSeq();
   let batch: LogRecord[] = [];
   let inFlight: Promise<number> = Promise.resolve(0);
   let sealedDays = 0;
   const flush = async () => {
     await inFlight;
-    inFlight = store.append(batch);
+    const appending = batch;
+    inFlight = store.append(appending, () => rememberedIds.writeWith(appending));
     for (const r of batch) apply(state, ++seq, r);
     sealedDays += state.sealQueue.length;
     sealer.kick();

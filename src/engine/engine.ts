@@ -144,7 +144,7 @@ export class Engine implements AnalyticsEngine {
   static async open(opts: EngineOptions): Promise<Engine> {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
-    const store = LogStore.open(opts.config.dataDir, opts.config.durability);
+    const store = LogStore.open(opts.config.dataDir, opts.config.durability, { log });
     const files = new SnapshotFiles(opts.config.dataDir);
     const state = recoverState(store, files, log);
     const enricher = await createEnricher({
@@ -290,7 +290,8 @@ export class Engine implements AnalyticsEngine {
     this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
 
     const appendStarted = performance.now();
-    const appended = this.store.append(records);
+    // The ids are written in the append's own transaction: durable exactly when their events are.
+    const appended = this.store.append(records, () => this.ids.writeWith(records));
     let ok = false;
     const folded = this.foldTail.then(async () => {
       try {
@@ -489,7 +490,7 @@ export class Engine implements AnalyticsEngine {
     this.pendingCounts.delete(projectId);
     // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
     await this.snapshotter.snapshot({ replaceAll: true });
-    this.log(`project ${projectId} deleted; ${n} log entries erased`);
+    this.log(`project ${projectId} deleted; ${n} log records erased`);
   }
 
   listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }> {
@@ -582,6 +583,7 @@ export class Engine implements AnalyticsEngine {
       status: this.closing || !this.storageOk ? 'unavailable' : 'ok',
       version: this.version,
       uptimeSeconds: Math.floor((this.now() - this.startedAt) / 1000),
+      log: { lastSeq: this.store.lastSeq(), verifiedRecords: this.store.verified, verifiedAt: new Date(this.startedAt).toISOString(), ok: true },
     };
   }
 
@@ -800,7 +802,7 @@ export class Engine implements AnalyticsEngine {
     if (days === undefined) return 0;
     const cutoff = this.now() - days * DAY_MS;
     const limit = this.snapshotter.oldestKeptSeq();
-    let keepFrom = this.store.firstSeq();
+    let keepFrom = this.store.logStart();
     for (;;) {
       let n = 0;
       let stopped = false;

@@ -7,7 +7,7 @@ import { monthEnd } from '../core/sealed-source.ts';
 import { fromSnapshot, toSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply, collectSealable, sealAt } from '../core/state.ts';
 import type { StoredEvent } from '../core/types.ts';
-import { LogStore } from '../store/log-store.ts';
+import { LogDamage, LogStore } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { Sealer } from './sealer.ts';
 
@@ -79,7 +79,7 @@ export async function rebuild(dataDir: string, onProgress: OnProgress = () => {}
   try {
     const last = store.lastSeq();
     const sealed = store.openSealedStore();
-    await sealed.clearFrom(store.firstSeq());
+    await sealed.clearFrom(store.logStart());
     const failures: string[] = [];
     const sealer = new Sealer(new AnalyticsState(), sealed, (line) => failures.push(line));
     const state = await foldLog(store, last, onProgress, 'fold', sealer);
@@ -121,32 +121,28 @@ export async function check(dataDir: string, onProgress: OnProgress = () => {}):
   const store = openStore(dataDir, true);
   try {
     const last = store.lastSeq();
-    const logStart = store.firstSeq();
-    // 1. the log: sequences from its first (retention may have removed a prefix) to last without gaps, every entry a known kind
-    let expected = logStart;
-    let gaps = 0;
+    const logStart = store.logStart();
+    // 1. the log, through the reader startup uses: every entry's checksum, each entry starting where the previous
+    // one ended, and every record a known kind. The first damage ends the walk: nothing after it can be trusted.
     let entries = 0;
-    for (const seq of store.sequences()) {
-      if (seq < logStart) {
-        if (++gaps <= MAX_LISTED_GAPS) problems.push(`log: entry ${seq} is before the log's recorded start ${logStart}`);
-        continue;
-      }
-      if (seq !== expected) {
-        if (++gaps <= MAX_LISTED_GAPS) problems.push(`log: entries ${expected}..${seq - 1} are missing`);
-      }
-      expected = seq + 1;
-      if (++entries % 50_000 === 0) onProgress(entries, last, 'log');
-    }
-    if (gaps > MAX_LISTED_GAPS) problems.push(`log: ${gaps - MAX_LISTED_GAPS} more gaps`);
     let bad = 0;
-    for (const { seq, record } of store.readAfter(0)) {
-      const ok = record.t === 'x' || ((record.t === 'e' || record.t === 'b') && typeof record.p === 'string' && typeof record.day === 'string');
-      if (!ok && ++bad <= MAX_LISTED_GAPS) problems.push(`log: entry ${seq} is not an event, bot hit or erased marker`);
+    let damaged = false;
+    try {
+      for (const { seq, record } of store.readAfter(0)) {
+        const ok = record.t === 'x' || ((record.t === 'e' || record.t === 'b') && typeof record.p === 'string' && typeof record.day === 'string');
+        if (!ok && ++bad <= MAX_LISTED_GAPS) problems.push(`log: entry ${seq} is not an event, bot hit or erased marker`);
+        if (++entries % 50_000 === 0) onProgress(entries, last, 'log');
+      }
+    } catch (err) {
+      if (!(err instanceof LogDamage)) throw err;
+      damaged = true;
+      problems.push(`log: ${err.message}`);
     }
+    if (bad > MAX_LISTED_GAPS) problems.push(`log: ${bad - MAX_LISTED_GAPS} more records of no known kind`);
     onProgress(last, last, 'log');
 
     // 2. snapshots: checksums, and none ahead of the log
-    const snaps = new SnapshotFiles(dataDir).inspect();
+    const snaps = new SnapshotFiles(dataDir, { inspectOnly: true }).inspect();
     for (const s of snaps) {
       if (s.problem) problems.push(`snapshot ${path.basename(s.file)}: ${s.problem}`);
       else if (s.seq > last) problems.push(`snapshot ${path.basename(s.file)}: covers sequence ${s.seq}, beyond the log's last ${last}`);
@@ -185,8 +181,9 @@ export async function check(dataDir: string, onProgress: OnProgress = () => {}):
     if (sealedBad > MAX_LISTED_GAPS) problems.push(`sealed: ${sealedBad - MAX_LISTED_GAPS} more problems`);
 
     // 4. the newest good snapshot's live days plus the sealed days must equal the log folded up to its sequence
+    // (a damaged log cannot be folded)
     const newest = snaps.filter((s) => s.data && s.seq <= last).at(-1);
-    if (newest?.data) {
+    if (newest?.data && !damaged) {
       let restored: AnalyticsState | undefined;
       try {
         restored = fromSnapshot(newest.data);

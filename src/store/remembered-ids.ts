@@ -2,10 +2,11 @@ import type { Database } from 'lmdb';
 import { hash53 } from '../core/hash.ts';
 import { DEDUP_WINDOW_MS } from '../core/limits.ts';
 import { NumberCounts } from '../core/number-table.ts';
+import type { LogRecord } from '../core/types.ts';
 
 /**
- * The eventIds of the last 48 hours (the exactly-once promise), durable by construction: the log store writes
- * [project, eventId] -> receive time into LMDB in the same transaction as the events that carry them, so they never
+ * The eventIds of the last 48 hours (the exactly-once promise), durable by construction: [project, eventId] ->
+ * receive time goes into LMDB inside the log append's transaction of the events that carry them (writeWith), so they never
  * ride in a snapshot. In front of LMDB, an open-addressing table of hash53(project, eventId) -> receive second
  * (12 bytes a slot at ≤ 70 % load, ~17–34 bytes an id, nothing for the GC to trace) answers "never seen" without
  * touching LMDB; a hit is confirmed there, so a hash collision can never drop an event.
@@ -58,6 +59,14 @@ export class RememberedIds {
     }
     this.table = table;
     return table.size;
+  }
+
+  /**
+   * Writes the ids of these records to LMDB; call inside the log append's transaction (LogStore.append's `extra`), so
+   * an id is durable exactly when its event is.
+   */
+  writeWith(records: readonly LogRecord[]): void {
+    for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.db.putSync([r.p, r.eventId], r.rt);
   }
 
   /** Called once the events carrying these ids are committed (with the ids, in the same transaction). */

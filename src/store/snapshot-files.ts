@@ -26,9 +26,19 @@ export class SnapshotFiles {
   private closed = false;
   private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
 
-  constructor(dataDir: string) {
+  /** `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress. */
+  constructor(dataDir: string, opts: { inspectOnly?: boolean } = {}) {
     this.dir = path.join(dataDir, 'snapshots');
     mkdirSync(this.dir, { recursive: true });
+    // A process killed mid-write leaves its temporary file (up to a full snapshot) behind: nobody else writes here.
+    if (!opts.inspectOnly) this.removeLeftovers();
+  }
+
+  /** Temporary files of writes that never finished. */
+  removeLeftovers(): string[] {
+    const gone = readdirSync(this.dir).filter((f) => f.endsWith('.tmp'));
+    for (const f of gone) rmSync(path.join(this.dir, f), { force: true });
+    return gone;
   }
 
   /**
@@ -166,7 +176,6 @@ export class SnapshotFiles {
     const all = this.files();
     const drop = only !== undefined ? all.filter((f) => f !== only) : all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT));
     for (const f of drop) rmSync(path.join(this.dir, f), { force: true });
-    for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
 }
 

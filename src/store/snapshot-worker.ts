@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { open as openFile, rename } from 'node:fs/promises';
+import { open as openFile, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { serialize } from 'node:v8';
 import { setPriority } from 'node:os';
@@ -35,8 +35,17 @@ function resolve(e: Encoded, seen: Set<string>): Uint8Array {
 }
 
 async function write({ data, file }: WriteRequest): Promise<number> {
-  const seen = new Set<string>();
   const tmp = `${file}.tmp`;
+  try {
+    return await writeTo(tmp, data, file);
+  } catch (err) {
+    await rm(tmp, { force: true }); // a full disk must not keep half a snapshot on it
+    throw err;
+  }
+}
+
+async function writeTo(tmp: string, data: SnapshotData, file: string): Promise<number> {
+  const seen = new Set<string>();
   const fh = await openFile(tmp, 'w', 0o600);
   const hash = createHash('sha256');
   let bytes = 0;
