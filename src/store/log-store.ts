@@ -600,12 +600,12 @@ export class LogStore {
 
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
-    return (this.rememberedIds ??= new RememberedIds(this.eventIds));
+    return (this.rememberedIds ??= new RememberedIds(this.eventIds, () => this.gate));
   }
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */
   openSealedStore(): SealedStore {
-    return (this.sealedStore ??= new SealedStore(this.root));
+    return (this.sealedStore ??= new SealedStore(this.root, () => this.gate));
   }
 
   async close(): Promise<void> {

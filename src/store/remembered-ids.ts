@@ -25,7 +25,11 @@ export class RememberedIds {
   private stopped = false;
   private running: Promise<unknown> = Promise.resolve();
 
-  constructor(private db: Database<number, IdKey>) {}
+  /** `gate`: set while the environment is being compacted; a write waits for it (see SealedStore). */
+  constructor(
+    private db: Database<number, IdKey>,
+    private readonly gate: () => Promise<void> | undefined = () => undefined,
+  ) {}
 
   /** The environment was reopened (after a compaction): use its handle. */
   reopen(db: Database<number, IdKey>): void {
@@ -118,6 +122,7 @@ export class RememberedIds {
         if (now - value >= DEDUP_WINDOW_MS) dead.push(key);
       }
       if (dead.length > 0) {
+        for (let g = this.gate(); g; g = this.gate()) await g;
         await this.db.transaction(() => {
           for (const k of dead) void this.db.remove(k);
         });

@@ -50,7 +50,14 @@ export class SealedStore implements SealedLookup {
   private cacheBytes = 0;
   private root!: RootDatabase;
 
-  constructor(root: RootDatabase) {
+  /**
+   * `gate`: set while the environment is being compacted (LogStore.compact); a write must wait for it, or it would
+   * land in the old file after the copy was taken and be lost in the swap.
+   */
+  constructor(
+    root: RootDatabase,
+    private readonly gate: () => Promise<void> | undefined = () => undefined,
+  ) {
     this.reopen(root);
   }
 
@@ -123,6 +130,7 @@ export class SealedStore implements SealedLookup {
    * or after `logStart`), so they are sealed again from the log. Segments older than the log stay (retention).
    */
   async clearFrom(logStart: number): Promise<void> {
+    for (let g = this.gate(); g; g = this.gate()) await g;
     await this.root.transaction(() => {
       for (const { key, value } of this.dayDb.getRange()) if (value.firstSeq >= logStart) void this.dayDb.remove(key);
       for (const k of this.monthDb.getKeys()) void this.monthDb.remove(k);
@@ -134,6 +142,7 @@ export class SealedStore implements SealedLookup {
 
   /** Writes sealed days and rollups in one transaction; resolves once they are on disk (the live days may then go). */
   async write(w: SealedWrite): Promise<void> {
+    for (let g = this.gate(); g; g = this.gate()) await g;
     await this.root.transaction(() => {
       for (const { projectId, day } of w.days) void this.dayDb.put([projectId, day.date, day.firstSeq], encode(day));
       for (const { projectId, month } of w.months) void this.monthDb.put([projectId, month.month], encode(month));
