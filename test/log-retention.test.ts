@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
+import type { LogRecord } from '../src/core/types.ts';
 import { LogStore } from '../src/store/log-store.ts';
 import { testClock } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
@@ -47,4 +51,32 @@ test('without ANALYTICS_LOG_RETENTION_DAYS the log keeps everything', async () =
   assert.equal(r.removed, 0);
   assert.equal(r.left, 350);
   assert.equal(r.firstSeq, 1);
+});
+
+test('retention removes whole format 2 entries: the log starts at the first entry reaching the cut, and an emptied log continues after it', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'analytics-retention-'));
+  const rec = (i: number): LogRecord => ({
+    t: 'e', p: 'p_r', ts: 1_763_700_000_000 + i, rt: 1_763_700_000_000 + i, day: '2025-11-21', event: 'page_view', url: `/${i}`,
+    path: `/${i}`, referrer: '', source: 'Direct', sessionId: `s${i}`, user: `s:s${i}`, country: '', device: 'desktop', params: {},
+  });
+  const batch = (from: number) => Array.from({ length: 100 }, (_, i) => rec(from + i));
+  try {
+    let store = LogStore.open(dir, 'commit');
+    for (const from of [1, 101, 201]) await store.append(batch(from));
+    // 150 falls inside the second entry (101..200): only the first entry can go.
+    assert.equal(await store.deleteBelow(150), 100);
+    assert.equal(store.logStart(), 101);
+    const left = [...store.readAfter(0)].map((r) => r.seq);
+    assert.deepEqual([left[0], left.at(-1), left.length], [101, 300, 200]);
+    // Everything: the log is empty, and the next record still continues the sequence (not back at 1).
+    assert.equal(await store.deleteBelow(301), 200);
+    await store.close();
+    store = LogStore.open(dir, 'commit');
+    assert.equal(store.lastSeq(), 300);
+    assert.equal(await store.append([rec(301)]), 301);
+    assert.deepEqual([...store.readAfter(0)].map((r) => r.seq), [301]);
+    await store.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
