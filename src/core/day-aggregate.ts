@@ -1,9 +1,35 @@
 import { CappedCounter } from './capped-counter.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
 import type { StoredEvent } from './types.ts';
+
+/**
+ * The insight breakdowns (CONTRACT "Insights"), by their JSON name: each a CappedCounter of sessions, so snapshots and
+ * sealing handle them as one list. entryPages counts a session at its first page_view of the day; the others at the
+ * session's first event of the day.
+ */
+export const INSIGHT_BREAKDOWNS = ['entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns'] as const;
+export type InsightBreakdown = (typeof INSIGHT_BREAKDOWNS)[number];
+
+export function newInsights(): Record<InsightBreakdown, CappedCounter> {
+  return {
+    entryPages: new CappedCounter(),
+    browsers: new CappedCounter(),
+    operatingSystems: new CappedCounter(),
+    utmMediums: new CappedCounter(),
+    utmCampaigns: new CappedCounter(),
+  };
+}
+
+/** Revenue of one currency on one day; `total` is the unrounded sum (rounded once, on read). */
+export interface RevenueSum {
+  total: number;
+  purchases: number;
+}
+
+const CURRENCY = /^[A-Za-z]{3}$/;
 
 /**
  * Everything one project's day needs to answer /metrics exactly. A session is a (sessionId, day) pair, so a
@@ -26,6 +52,11 @@ export class DayAggregate {
   readonly devices = new CappedCounter();
   readonly pages = new CappedCounter();
   readonly events = new CappedCounter();
+  readonly insights = newInsights();
+  /** ISO 4217 code (upper case) -> revenue of `purchase` events; at most MAX_REVENUE_CURRENCIES */
+  readonly revenue = new Map<string, RevenueSum>();
+  /** tracked property key -> event counts by value (MAX_PROP_VALUES each); at most MAX_PROP_KEYS_PER_DAY keys */
+  readonly props = new Map<string, CappedCounter>();
 
   constructor(readonly day: string) {}
 
@@ -50,8 +81,15 @@ export class DayAggregate {
       this.sources.add(e.source);
       this.countries.add(e.country);
       this.devices.add(e.device);
+      this.insights.browsers.add(e.browser ?? UNKNOWN_NAME);
+      this.insights.operatingSystems.add(e.os ?? UNKNOWN_NAME);
+      if (e.utmMedium !== undefined) this.insights.utmMediums.add(e.utmMedium);
+      if (e.utmCampaign !== undefined) this.insights.utmCampaigns.add(e.utmCampaign);
     }
+    if (e.props !== undefined) this.applyProps(e.props);
+    if (e.event === 'purchase') this.applyPurchase(e);
     if (isPageview) {
+      if (pv <= 0) this.insights.entryPages.add(e.path || '/');
       const next = (pv < 0 ? 0 : pv) + 1;
       this.sessions.set(s, next);
       if (next === 1) {
@@ -62,6 +100,33 @@ export class DayAggregate {
       }
     } else if (pv < 0) {
       this.sessions.set(s, 0);
+    }
+  }
+
+  private applyProps(props: Record<string, string>): void {
+    for (const key of Object.keys(props)) {
+      let c = this.props.get(key);
+      if (c === undefined) {
+        if (this.props.size >= MAX_PROP_KEYS_PER_DAY) continue;
+        c = new CappedCounter(MAX_PROP_VALUES);
+        this.props.set(key, c);
+      }
+      c.add(props[key]!);
+    }
+  }
+
+  /** A purchase counts when `value` is a finite number and `currency` three letters (upper-cased). */
+  private applyPurchase(e: StoredEvent): void {
+    const value = e.params.value;
+    const currency = e.params.currency;
+    if (typeof value !== 'number' || !Number.isFinite(value) || typeof currency !== 'string' || !CURRENCY.test(currency)) return;
+    const code = currency.toUpperCase();
+    const r = this.revenue.get(code);
+    if (r !== undefined) {
+      r.total += value;
+      r.purchases++;
+    } else if (this.revenue.size < MAX_REVENUE_CURRENCIES) {
+      this.revenue.set(code, { total: value, purchases: 1 });
     }
   }
 

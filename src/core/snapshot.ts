@@ -1,5 +1,7 @@
-import { DayAggregate } from './day-aggregate.ts';
-import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { CappedCounter } from './capped-counter.ts';
+import { DayAggregate, INSIGHT_BREAKDOWNS } from './day-aggregate.ts';
+import { EXACT_USERS_PER_DAY, MAX_PROP_VALUES } from './limits.ts';
+import type { RealtimeSnapshot } from './realtime.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
 import type { RingEntry } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
@@ -8,7 +10,8 @@ import { AnalyticsState } from './state.ts';
  * The state as plain data (typed arrays for the large distinct sets), for the store to serialize. Sketches are
  * left out: they are rebuilt from the exact sets on restore.
  */
-export const SNAPSHOT_VERSION = 1;
+/** 2: days carry the insight breakdowns, revenue and props; projects their realtime minutes. */
+export const SNAPSHOT_VERSION = 2;
 
 type Pairs = [string, number][];
 
@@ -25,6 +28,12 @@ export interface DaySnapshot {
   devices: Pairs;
   pages: Pairs;
   events: Pairs;
+  /** INSIGHT_BREAKDOWNS by name */
+  insights: Record<string, Pairs>;
+  /** [currency, unrounded total, purchases] */
+  revenue: [string, number, number][];
+  /** [key, value counts] */
+  props: [string, Pairs][];
 }
 
 export interface ProjectSnapshot {
@@ -34,6 +43,7 @@ export interface ProjectSnapshot {
   bots: Pairs;
   seenEventIds: Pairs;
   monthly: Pairs;
+  realtime: RealtimeSnapshot;
 }
 
 export interface SnapshotData {
@@ -61,6 +71,9 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
         devices: [...d.devices.counts],
         pages: [...d.pages.counts],
         events: [...d.events.counts],
+        insights: Object.fromEntries(INSIGHT_BREAKDOWNS.map((name) => [name, [...d.insights[name].counts]])),
+        revenue: [...d.revenue].map(([code, r]) => [code, r.total, r.purchases]),
+        props: [...d.props].map(([key, c]) => [key, [...c.counts]]),
       });
     }
     projects.push({
@@ -70,6 +83,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
       bots: [...p.bots],
       seenEventIds: [...p.seenEventIds],
       monthly: [...p.monthly],
+      realtime: p.realtime.toSnapshot(),
     });
   }
   return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, projects };
@@ -95,12 +109,20 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       for (const [k, v] of ds.devices) d.devices.counts.set(k, v);
       for (const [k, v] of ds.pages) d.pages.counts.set(k, v);
       for (const [k, v] of ds.events) d.events.counts.set(k, v);
+      for (const name of INSIGHT_BREAKDOWNS) for (const [k, v] of ds.insights[name] ?? []) d.insights[name].counts.set(k, v);
+      for (const [code, total, purchases] of ds.revenue) d.revenue.set(code, { total, purchases });
+      for (const [key, pairs] of ds.props) {
+        const c = new CappedCounter(MAX_PROP_VALUES);
+        for (const [k, v] of pairs) c.counts.set(k, v);
+        d.props.set(key, c);
+      }
       p.days.set(ds.day, d);
     }
     for (const e of ps.recent) p.recent.push(e);
     for (const [k, v] of ps.bots) p.bots.set(k, v);
     for (const [k, v] of ps.seenEventIds) p.seenEventIds.set(k, v);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
+    p.realtime.restore(ps.realtime);
   }
   return state;
 }

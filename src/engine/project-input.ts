@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { isValidTimeZone } from '../core/dates.ts';
+import { MAX_PARAM_KEY, MAX_TRACKED_PROPS } from '../core/limits.ts';
 
 /** The body of POST /projects (and CreateProject over gRPC). */
 
@@ -35,12 +36,16 @@ const origin = z.string().refine((s) => {
 
 const rate = z.number().positive().max(MAX_RATE);
 
+/** CONTRACT: at most 10 eventParams keys, each at most 40 characters (the eventParams key limit). */
+export const TrackedPropsSchema = z.array(z.string().min(1).max(MAX_PARAM_KEY)).max(MAX_TRACKED_PROPS);
+
 export const CreateProjectSchema = z.strictObject({
   name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
   allowed_origins: z.array(origin).max(MAX_ALLOWED_ENTRIES),
   allowed_referrers: z.array(z.string().regex(HOSTNAME, 'must be a host name like example.com')).max(MAX_ALLOWED_ENTRIES),
   timezone: z.string().refine(isValidTimeZone, 'must be an IANA timezone like Europe/Berlin').optional(),
   monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
+  tracked_props: TrackedPropsSchema.optional(),
   rate_limit: z
     .strictObject({ per_key: rate.optional(), burst_per_key: rate.optional(), per_ip: rate.optional(), burst_per_ip: rate.optional() })
     .optional(),

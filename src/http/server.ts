@@ -86,6 +86,7 @@ export class HttpFace {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
       '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
+      '/metrics/realtime': { GET: (req, res, url) => this.realtime(req, res, url) },
       '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
@@ -181,7 +182,14 @@ export class HttpFace {
       from: pick('from'),
       to: pick('to'),
       projectId: pick('projectId'),
+      compare: pick('compare'),
     });
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  private realtime(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    const out = this.engine.realtime(this.meta(req), { projectId: url.searchParams.get('projectId') ?? undefined });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }

@@ -25,6 +25,8 @@ export interface ProjectRecord {
   createdAt: number;
   /** per-project token-bucket overrides (requests/s and burst); absent = service defaults */
   rate?: { perKey?: number; burstPerKey?: number; perIp?: number; burstPerIp?: number };
+  /** eventParams keys whose values are counted (`tracked_props`); absent = none */
+  trackedProps?: string[];
 }
 
 export type KeyKind = 'admin' | 'secret' | 'publishable';
