@@ -2,16 +2,18 @@ import { create } from '@bufbuild/protobuf';
 import {
   CreateProjectResponseSchema,
   GetMetricsResponseSchema,
+  GetRealtimeResponseSchema,
   ListProjectsResponseSchema,
 } from '../gen/analytics/v1/analytics_pb.ts';
 import type {
   BreakdownEntry,
   CreateProjectResponse,
   GetMetricsResponse,
+  GetRealtimeResponse,
   ListProjectsResponse,
   Project,
 } from '../gen/analytics/v1/analytics_pb.ts';
-import type { Breakdown, MetricsResponse } from '../core/types.ts';
+import type { Breakdown, DailyFigures, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import type { CreatedProject, ProjectView } from '../engine/types.ts';
 
 /**
@@ -55,13 +57,48 @@ export function metricsMessage(m: MetricsResponse): GetMetricsResponse {
       device: r.device,
       sessionId: r.sessionId,
     })),
-    daily: m.daily.map((d) => ({
-      date: d.date,
-      users: count(d.users),
-      sessions: count(d.sessions),
-      pageviews: count(d.pageviews),
-      bounceRate: d.bounceRate,
-    })),
+    daily: daily(m.daily),
+    entryPages: breakdown(m.entryPages),
+    browsers: breakdown(m.browsers),
+    operatingSystems: breakdown(m.operatingSystems),
+    utmMediums: breakdown(m.utmMediums),
+    utmCampaigns: breakdown(m.utmCampaigns),
+    revenue: Object.entries(m.revenue).map(([currency, r]) => ({ currency, total: r.total, purchases: count(r.purchases) })),
+    props: Object.entries(m.props).map(([key, values]) => ({ key, values: breakdown(values) })),
+    ...(m.compare
+      ? {
+          compare: {
+            from: m.compare.from,
+            to: m.compare.to,
+            users: count(m.compare.users),
+            sessions: count(m.compare.sessions),
+            pageviews: count(m.compare.pageviews),
+            bounceRate: m.compare.bounceRate,
+            daily: daily(m.compare.daily),
+          },
+        }
+      : {}),
+  });
+}
+
+function daily(days: DailyFigures[]) {
+  return days.map((d) => ({
+    date: d.date,
+    users: count(d.users),
+    sessions: count(d.sessions),
+    pageviews: count(d.pageviews),
+    bounceRate: d.bounceRate,
+  }));
+}
+
+export function realtimeMessage(r: RealtimeResponse): GetRealtimeResponse {
+  return create(GetRealtimeResponseSchema, {
+    projectId: r.projectId,
+    visitors: count(r.visitors),
+    pageviews: count(r.pageviews),
+    perMinute: r.perMinute.map(count),
+    pages: breakdown(r.pages),
+    sources: breakdown(r.sources),
   });
 }
 
@@ -74,6 +111,7 @@ function project(p: ProjectView): Omit<Project, '$typeName'> {
     timezone: p.timezone,
     monthlyQuota: BigInt(p.monthly_quota),
     createdAt: p.created_at,
+    trackedProps: [...p.tracked_props],
   };
 }
 

@@ -7,6 +7,7 @@ import {
   AnalyticsService,
   CreateProjectRequestSchema,
   GetMetricsRequestSchema,
+  GetRealtimeRequestSchema,
   IngestRequestSchema,
   IngestResponseSchema,
   ListProjectsRequestSchema,
@@ -19,8 +20,8 @@ import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
-import { createProjectBody, decode, eventsToPlain, metricsQuery } from './request-to-plain.ts';
-import { createdProjectMessage, metricsMessage, projectsMessage } from './response-messages.ts';
+import { createProjectBody, decode, eventsToPlain, metricsQuery, realtimeQuery } from './request-to-plain.ts';
+import { createdProjectMessage, metricsMessage, projectsMessage, realtimeMessage } from './response-messages.ts';
 import { serverDefinition } from './service-definition.ts';
 import { rateMetadata, toStatus } from './status.ts';
 
@@ -114,6 +115,13 @@ export async function startGrpcServer(
       GetMetricsRequestSchema,
       'manage',
       (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
+      onFault,
+    ),
+    getRealtime: unary(
+      engine,
+      GetRealtimeRequestSchema,
+      'manage',
+      (req, meta) => withValue(engine.realtime(meta, realtimeQuery(req)), realtimeMessage),
       onFault,
     ),
     listProjects: unary(
