@@ -225,7 +225,7 @@ test('metrics of 20,000 events equal an independent SQL aggregation for every da
     assert.ok(Object.keys(figures.browsers).length >= 2, day);
     assert.deepEqual(Object.keys(figures.revenue).sort(), ['EUR', 'USD'], day);
     assert.ok(Object.keys(figures.utmMediums).length === 2 && Object.keys(figures.utmCampaigns).length === 2, day);
-    assert.ok(Object.keys(figures.props.plan).length === 3 && Object.keys(figures.props.seats).length === 3, day);
+    assert.ok(Object.keys(figures.props.plan ?? {}).length === 3 && Object.keys(figures.props.seats ?? {}).length === 3, day);
     assert.ok(Object.keys(figures.entryPages).length === 5, day);
   }
 });
