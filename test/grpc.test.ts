@@ -563,10 +563,11 @@ describe('shutdown', () => {
 describe('projects over gRPC', () => {
   test('CreateProject returns the project and its keys, and ListProjects shows it to the admin and to its own key only', async () => {
     const created = await client.createProject(
-      { name: 'grpc-made', allowedOrigins: ['https://shop.example'], allowedReferrers: ['shop.example'], timezone: 'Asia/Tokyo', monthlyQuota: 500n },
+      { name: 'grpc-made', allowedOrigins: ['https://shop.example'], allowedReferrers: ['shop.example'], timezone: 'Asia/Tokyo', monthlyQuota: 500n, trackedProps: ['plan'] },
       { key: svc.adminKey },
     );
     assert.equal(created.project?.name, 'grpc-made');
+    assert.deepEqual(created.project?.trackedProps, ['plan']);
     assert.equal(created.project?.timezone, 'Asia/Tokyo');
     assert.equal(created.project?.monthlyQuota, 500n);
     assert.deepEqual(created.project?.allowedOrigins, ['https://shop.example']);
@@ -580,12 +581,16 @@ describe('projects over gRPC', () => {
     assert.deepEqual(own.projects.map((p) => p.id), [id]);
     const http = await api<{ projects: Array<{ id: string; created_at: string }> }>(svc.url, '/projects', { key: created.keys?.secret ?? '' });
     assert.equal(own.projects[0]?.createdAt, http.body.projects[0]?.created_at);
+    assert.deepEqual(own.projects[0]?.trackedProps, ['plan']);
   });
 
   test('CreateProject with an invalid origin is refused with INVALID_ARGUMENT naming the field', async () => {
     const err = await refusal(client.createProject({ allowedOrigins: ['not an origin'] }, { key: svc.adminKey }));
     assert.equal(err.code, status.INVALID_ARGUMENT);
     assert.match(err.details, /allowed_origins\[0\]/);
+    const tooMany = await refusal(client.createProject({ trackedProps: Array.from({ length: 11 }, (_, i) => `k${i}`) }, { key: svc.adminKey }));
+    assert.equal(tooMany.code, status.INVALID_ARGUMENT);
+    assert.match(tooMany.details, /tracked_props/);
   });
 });
 
