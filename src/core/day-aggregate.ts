@@ -60,7 +60,8 @@ export class DayAggregate {
 
   constructor(readonly day: string) {}
 
-  apply(e: StoredEvent): void {
+  /** `session` is hash53(e.sessionId), when the caller has it already. */
+  apply(e: StoredEvent, session = hash53(e.sessionId)): void {
     this.events.add(e.event);
     const isPageview = e.event === 'page_view';
     if (isPageview) {
@@ -74,7 +75,7 @@ export class DayAggregate {
       else if (this.users.size > EXACT_USERS_PER_DAY) this.buildSketch();
     }
 
-    const s = hash53(e.sessionId);
+    const s = session;
     const pv = this.sessions.get(s); // -1: the session's first event of the day
     if (pv < 0) {
       // The session's first event of the day decides its source, country and device.

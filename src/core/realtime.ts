@@ -52,9 +52,9 @@ export class Realtime {
   add(rt: number, session: number, pageview: boolean, path: string, source: string): void {
     const m = Math.floor(rt / MINUTE_MS);
     const v = this.bucket(this.visitors, m, (x) => new VisitorMinute(x));
-    if (v && !v.sessions.has(session)) {
+    if (v) {
       if (v.sessions.size < REALTIME_SESSIONS_PER_MINUTE) v.sessions.add(session);
-      else v.overflow++;
+      else if (!v.sessions.has(session)) v.overflow++;
     }
     if (pageview) {
       const b = this.bucket(this.minutes, m, (x) => new PageMinute(x));

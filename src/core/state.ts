@@ -68,7 +68,8 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
 }
 
 function applyEvent(p: ProjectState, e: StoredEvent): void {
-  p.day(e.day).apply(e);
+  const session = hash53(e.sessionId);
+  p.day(e.day).apply(e, session);
   p.recent.push({
     day: e.day,
     ts: e.ts,
@@ -84,7 +85,7 @@ function applyEvent(p: ProjectState, e: StoredEvent): void {
     p.seenEventIds.set(e.eventId, e.rt);
     if (p.seenEventIds.size >= p.nextEventIdPrune) pruneProject(p, e.rt - DEDUP_PRUNE_MARGIN_MS);
   }
-  p.realtime.add(e.rt, hash53(e.sessionId), e.event === 'page_view', e.path || '/', e.source);
+  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }
