@@ -234,6 +234,7 @@ describe('GET /metrics/realtime', () => {
     assertError(await api(svc.url, '/metrics/realtime', { key: p.keys.publishable }), 403, 'forbidden');
     assertError(await api(svc.url, `/metrics/realtime?projectId=${other.project.id}`, { key: p.keys.secret }), 403, 'forbidden');
     assertError(await api(svc.url, '/metrics/realtime'), 401, 'unauthorized');
+    assertError(await api(svc.url, '/metrics/realtime?window=60', { key: p.keys.secret }), 400, 'invalid_request');
     assertError(await api(svc.url, '/metrics/realtime', { key: p.keys.secret, method: 'POST', body: {} }), 405, 'method_not_allowed');
   });
 });
