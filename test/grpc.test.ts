@@ -567,7 +567,6 @@ describe('projects over gRPC', () => {
       { key: svc.adminKey },
     );
     assert.equal(created.project?.name, 'grpc-made');
-    assert.deepEqual(created.project?.trackedProps, ['plan']);
     assert.equal(created.project?.timezone, 'Asia/Tokyo');
     assert.equal(created.project?.monthlyQuota, 500n);
     assert.deepEqual(created.project?.allowedOrigins, ['https://shop.example']);
@@ -581,7 +580,6 @@ describe('projects over gRPC', () => {
     assert.deepEqual(own.projects.map((p) => p.id), [id]);
     const http = await api<{ projects: Array<{ id: string; created_at: string }> }>(svc.url, '/projects', { key: created.keys?.secret ?? '' });
     assert.equal(own.projects[0]?.createdAt, http.body.projects[0]?.created_at);
-    assert.deepEqual(own.projects[0]?.trackedProps, ['plan']);
   });
 
   test('CreateProject with an invalid origin is refused with INVALID_ARGUMENT naming the field', async () => {

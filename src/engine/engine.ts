@@ -549,7 +549,6 @@ function view(p: ProjectRecord): ProjectView {
     allowed_referrers: p.allowedReferrers,
     timezone: p.timezone,
     monthly_quota: p.monthlyQuota,
-    tracked_props: p.trackedProps ?? [],
     created_at: new Date(p.createdAt).toISOString(),
   };
 }

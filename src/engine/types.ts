@@ -92,8 +92,6 @@ export interface ProjectView {
   allowed_referrers: string[];
   timezone: string;
   monthly_quota: number;
-  /** eventParams keys counted in `props` */
-  tracked_props: string[];
   created_at: string;
 }
 

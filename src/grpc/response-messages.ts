@@ -111,7 +111,6 @@ function project(p: ProjectView): Omit<Project, '$typeName'> {
     timezone: p.timezone,
     monthlyQuota: BigInt(p.monthly_quota),
     createdAt: p.created_at,
-    trackedProps: [...p.tracked_props],
   };
 }
 
