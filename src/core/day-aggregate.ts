@@ -23,11 +23,14 @@ export function newInsights(): Record<InsightBreakdown, CappedCounter> {
   };
 }
 
-/** Revenue of one currency on one day; `total` is the unrounded sum (rounded once, on read). */
-export interface RevenueSum {
-  total: number;
-  purchases: number;
-}
+/**
+ * Revenue and tracked props are named breakdowns too, so sealing, snapshots and range reads treat every insight as a
+ * list of (name, CappedCounter): revenue as two counters keyed by currency (unrounded sums of `value`, and purchase
+ * counts), each tracked key as `props.<key>`.
+ */
+export const REVENUE_TOTAL = 'revenue.total';
+export const REVENUE_PURCHASES = 'revenue.purchases';
+export const PROPS_PREFIX = 'props.';
 
 const CURRENCY = /^[A-Za-z]{3}$/;
 
@@ -53,8 +56,9 @@ export class DayAggregate {
   readonly pages = new CappedCounter();
   readonly events = new CappedCounter();
   readonly insights = newInsights();
-  /** ISO 4217 code (upper case) -> revenue of `purchase` events; at most MAX_REVENUE_CURRENCIES */
-  readonly revenue = new Map<string, RevenueSum>();
+  /** ISO 4217 code (upper case) -> unrounded sum of `value` / purchases; at most MAX_REVENUE_CURRENCIES codes */
+  readonly revenueTotals = new CappedCounter(MAX_REVENUE_CURRENCIES);
+  readonly revenuePurchases = new CappedCounter(MAX_REVENUE_CURRENCIES);
   /** tracked property key -> event counts by value (MAX_PROP_VALUES each); at most MAX_PROP_KEYS_PER_DAY keys */
   readonly props = new Map<string, CappedCounter>();
 
@@ -122,13 +126,31 @@ export class DayAggregate {
     const currency = e.params.currency;
     if (typeof value !== 'number' || !Number.isFinite(value) || typeof currency !== 'string' || !CURRENCY.test(currency)) return;
     const code = currency.toUpperCase();
-    const r = this.revenue.get(code);
-    if (r !== undefined) {
-      r.total += value;
-      r.purchases++;
-    } else if (this.revenue.size < MAX_REVENUE_CURRENCIES) {
-      this.revenue.set(code, { total: value, purchases: 1 });
+    // Past the cap a new currency is dropped (revenue has no "(other)": sums of different currencies mean nothing).
+    if (!this.revenuePurchases.counts.has(code) && this.revenuePurchases.counts.size >= MAX_REVENUE_CURRENCIES) return;
+    this.revenueTotals.add(code, value);
+    this.revenuePurchases.add(code);
+  }
+
+  /** The insight counters by name: INSIGHT_BREAKDOWNS, the two revenue counters, one per tracked prop key. */
+  namedInsights(): Array<[string, CappedCounter]> {
+    const out: Array<[string, CappedCounter]> = INSIGHT_BREAKDOWNS.map((name) => [name, this.insights[name]]);
+    out.push([REVENUE_TOTAL, this.revenueTotals], [REVENUE_PURCHASES, this.revenuePurchases]);
+    for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
+    return out;
+  }
+
+  /** The counter called `name` (see namedInsights), a props one created when absent; undefined for other names. */
+  namedInsight(name: string): CappedCounter | undefined {
+    if (name.startsWith(PROPS_PREFIX)) {
+      const key = name.slice(PROPS_PREFIX.length);
+      let c = this.props.get(key);
+      if (c === undefined) this.props.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
+      return c;
     }
+    if (name === REVENUE_TOTAL) return this.revenueTotals;
+    if (name === REVENUE_PURCHASES) return this.revenuePurchases;
+    return (INSIGHT_BREAKDOWNS as readonly string[]).includes(name) ? this.insights[name as InsightBreakdown] : undefined;
   }
 
   buildSketch(): void {

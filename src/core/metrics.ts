@@ -1,5 +1,5 @@
 import { sortedBreakdown } from './capped-counter.ts';
-import { formatRate, INSIGHT_BREAKDOWNS, type DayAggregate, type InsightBreakdown, type RevenueSum } from './day-aggregate.ts';
+import { formatRate, INSIGHT_BREAKDOWNS, type DayAggregate, type InsightBreakdown } from './day-aggregate.ts';
 import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, RECENT_RETURNED } from './limits.ts';
@@ -77,7 +77,8 @@ export function metrics(
 ): MetricsResponse {
   const p = state.projects.get(projectId);
   const insights = new Map<InsightBreakdown, Map<string, number>>(INSIGHT_BREAKDOWNS.map((name) => [name, new Map()]));
-  const revenue = new Map<string, RevenueSum>();
+  const revenueTotals = new Map<string, number>();
+  const revenuePurchases = new Map<string, number>();
   const tracked = opts.trackedProps ?? [];
   const props = new Map<string, Map<string, number>>(tracked.map((k) => [k, new Map()]));
   const sources = new Map<string, number>();
@@ -111,13 +112,8 @@ export function metrics(
     d.pages.sumInto(pages);
     d.events.sumInto(events);
     for (const name of INSIGHT_BREAKDOWNS) d.insights[name].sumInto(insights.get(name)!);
-    for (const [code, r] of d.revenue) {
-      const sum = revenue.get(code);
-      if (sum) {
-        sum.total += r.total;
-        sum.purchases += r.purchases;
-      } else revenue.set(code, { total: r.total, purchases: r.purchases });
-    }
+    d.revenueTotals.sumInto(revenueTotals);
+    d.revenuePurchases.sumInto(revenuePurchases);
     for (const [key, into] of props) d.props.get(key)?.sumInto(into);
     daily.push({
       date,
@@ -150,7 +146,7 @@ export function metrics(
     operatingSystems: sortedBreakdown(insights.get('operatingSystems')!),
     utmMediums: sortedBreakdown(insights.get('utmMediums')!),
     utmCampaigns: sortedBreakdown(insights.get('utmCampaigns')!),
-    revenue: revenueFigures(revenue),
+    revenue: revenueFigures(revenueTotals, revenuePurchases),
     props: propFigures(props),
   };
   if (opts.compare) out.compare = headline(p, opts.compare.from, opts.compare.to);
@@ -182,10 +178,10 @@ function headline(p: ProjectState | undefined, from: string, to: string): Compar
 }
 
 /** Most purchases first, ties by code; totals rounded to 2 decimals once, after summing. */
-function revenueFigures(sums: Map<string, RevenueSum>): Record<string, RevenueFigure> {
-  const entries = [...sums].sort((a, b) => b[1].purchases - a[1].purchases || (a[0] < b[0] ? -1 : 1)).slice(0, MAX_REVENUE_CURRENCIES);
+function revenueFigures(totals: Map<string, number>, purchases: Map<string, number>): Record<string, RevenueFigure> {
+  const entries = [...purchases].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, MAX_REVENUE_CURRENCIES);
   const out: Record<string, RevenueFigure> = {};
-  for (const [code, r] of entries) out[code] = { total: Math.round(r.total * 100) / 100, purchases: r.purchases };
+  for (const [code, n] of entries) out[code] = { total: Math.round((totals.get(code) ?? 0) * 100) / 100, purchases: n };
   return out;
 }
 

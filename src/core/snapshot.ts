@@ -1,6 +1,5 @@
-import { CappedCounter } from './capped-counter.ts';
-import { DayAggregate, INSIGHT_BREAKDOWNS } from './day-aggregate.ts';
-import { EXACT_USERS_PER_DAY, MAX_PROP_VALUES } from './limits.ts';
+import { DayAggregate } from './day-aggregate.ts';
+import { EXACT_USERS_PER_DAY } from './limits.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
 import type { RingEntry } from './recent-ring.ts';
@@ -28,12 +27,8 @@ export interface DaySnapshot {
   devices: Pairs;
   pages: Pairs;
   events: Pairs;
-  /** INSIGHT_BREAKDOWNS by name */
+  /** the day's insight counters by name (DayAggregate.namedInsights: breakdowns, revenue, props) */
   insights: Record<string, Pairs>;
-  /** [currency, unrounded total, purchases] */
-  revenue: [string, number, number][];
-  /** [key, value counts] */
-  props: [string, Pairs][];
 }
 
 export interface ProjectSnapshot {
@@ -71,9 +66,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
         devices: [...d.devices.counts],
         pages: [...d.pages.counts],
         events: [...d.events.counts],
-        insights: Object.fromEntries(INSIGHT_BREAKDOWNS.map((name) => [name, [...d.insights[name].counts]])),
-        revenue: [...d.revenue].map(([code, r]) => [code, r.total, r.purchases]),
-        props: [...d.props].map(([key, c]) => [key, [...c.counts]]),
+        insights: Object.fromEntries(d.namedInsights().map(([name, c]) => [name, [...c.counts]])),
       });
     }
     projects.push({
@@ -109,12 +102,9 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       for (const [k, v] of ds.devices) d.devices.counts.set(k, v);
       for (const [k, v] of ds.pages) d.pages.counts.set(k, v);
       for (const [k, v] of ds.events) d.events.counts.set(k, v);
-      for (const name of INSIGHT_BREAKDOWNS) for (const [k, v] of ds.insights[name] ?? []) d.insights[name].counts.set(k, v);
-      for (const [code, total, purchases] of ds.revenue) d.revenue.set(code, { total, purchases });
-      for (const [key, pairs] of ds.props) {
-        const c = new CappedCounter(MAX_PROP_VALUES);
-        for (const [k, v] of pairs) c.counts.set(k, v);
-        d.props.set(key, c);
+      for (const [name, pairs] of Object.entries(ds.insights)) {
+        const c = d.namedInsight(name);
+        if (c) for (const [k, v] of pairs) c.counts.set(k, v);
       }
       p.days.set(ds.day, d);
     }
