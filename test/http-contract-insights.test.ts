@@ -160,7 +160,7 @@ describe('breakdowns, revenue and props', () => {
     assert.equal(Object.keys(m.revenue).length, 200);
   });
 
-  test('tracked_props is at most 10 keys of at most 40 characters; the project view keeps the contract fields', async () => {
+  test('tracked_props is at most 10 keys of at most 40 characters, on create and on PATCH; counting starts when a key is tracked', async () => {
     const tooMany = Array.from({ length: 11 }, (_, i) => `k${i}`);
     for (const tracked_props of [tooMany, ['x'.repeat(41)], [''], 'plan', [1]]) {
       const r = await api(svc.url, '/projects', { key: svc.adminKey, body: { allowed_origins: [], allowed_referrers: [], tracked_props } });
@@ -168,10 +168,19 @@ describe('breakdowns, revenue and props', () => {
       assert.match(JSON.stringify(r.body.error.details), /tracked_props/);
     }
     const ok = await createProject(svc.url, svc.adminKey, { tracked_props: tooMany.slice(0, 10) });
-    assert.equal('tracked_props' in ok.project, false, 'GET/POST /projects answer exactly the contract fields');
-    await send(ok.keys.secret, [{ event: 'e', sessionId: 't', eventParams: { k9: 'x', k10: 'y' } }]);
-    assert.deepEqual(Object.keys((await metrics(ok.keys.secret, 'date=2026-11-21')).props), tooMany.slice(0, 10));
-    assert.deepEqual((await metrics(ok.keys.secret, 'date=2026-11-21')).props.k9, { x: 1 });
+    assert.deepEqual((ok.project as { tracked_props?: string[] }).tracked_props, tooMany.slice(0, 10));
+    await send(ok.keys.secret, [{ event: 'e', sessionId: 't', eventParams: { k9: 'x', k10: 'y', later: 'before' } }]);
+    let m = await metrics(ok.keys.secret, 'date=2026-11-21');
+    assert.deepEqual(Object.keys(m.props), tooMany.slice(0, 10));
+    assert.deepEqual(m.props.k9, { x: 1 });
+
+    const patched = await api(svc.url, `/projects/${ok.project.id}`, { method: 'PATCH', key: ok.keys.secret, body: { tracked_props: ['k9', 'later'] } });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    await send(ok.keys.secret, [{ event: 'e', sessionId: 't', eventParams: { k9: 'x', later: 'after' } }]);
+    m = await metrics(ok.keys.secret, 'date=2026-11-21');
+    assert.deepEqual(m.props, { k9: { x: 2 }, later: { after: 1 } }, 'no backfill: the event sent before `later` was tracked does not count');
+    svc = await svc.restart();
+    assert.deepEqual((await metrics(ok.keys.secret, 'date=2026-11-21')).props, m.props, 'the same after a restart (values are in the log records)');
   });
 });
 

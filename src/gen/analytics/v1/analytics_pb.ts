@@ -39,7 +39,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file analytics/v1/analytics.proto.
  */
 export const file_analytics_v1_analytics: GenFile = /*@__PURE__*/
-  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIq0BChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBEhQKB2NvbXBhcmUYBSABKAlIBIgBAUIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG9CDQoLX3Byb2plY3RfaWRCCgoIX2NvbXBhcmUikwcKEkdldE1ldHJpY3NSZXNwb25zZRISCgpwcm9qZWN0X2lkGAEgASgJEgwKBGZyb20YAiABKAkSCgoCdG8YAyABKAkSEAoIdGltZXpvbmUYBCABKAkSDQoFdXNlcnMYBSABKAQSEAoIc2Vzc2lvbnMYBiABKAQSEQoJcGFnZXZpZXdzGAcgASgEEhMKC2JvdW5jZV9yYXRlGAggASgJEjUKD3RyYWZmaWNfc291cmNlcxgJIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIvCgljb3VudHJpZXMYCiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSLQoHZGV2aWNlcxgLIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIrCgVwYWdlcxgMIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIsCgZldmVudHMYDSADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSDAoEYm90cxgOIAEoBBIwCg1yZWNlbnRfZXZlbnRzGA8gAygLMhkuYW5hbHl0aWNzLnYxLlJlY2VudEV2ZW50EikKBWRhaWx5GBAgAygLMhouYW5hbHl0aWNzLnYxLkRhaWx5RmlndXJlcxIxCgtlbnRyeV9wYWdlcxgRIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIuCghicm93c2VycxgSIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRI3ChFvcGVyYXRpbmdfc3lzdGVtcxgTIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIxCgt1dG1fbWVkaXVtcxgUIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIzCg11dG1fY2FtcGFpZ25zGBUgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKB3JldmVudWUYFiADKAsyGi5hbmFseXRpY3MudjEuUmV2ZW51ZUVudHJ5EioKBXByb3BzGBcgAygLMhsuYW5hbHl0aWNzLnYxLlByb3BCcmVha2Rvd24SLgoHY29tcGFyZRgYIAEoCzIYLmFuYWx5dGljcy52MS5Db21wYXJpc29uSACIAQFCCgoIX2NvbXBhcmUiQgoMUmV2ZW51ZUVudHJ5EhAKCGN1cnJlbmN5GAEgASgJEg0KBXRvdGFsGAIgASgBEhEKCXB1cmNoYXNlcxgDIAEoBCJKCg1Qcm9wQnJlYWtkb3duEgsKA2tleRgBIAEoCRIsCgZ2YWx1ZXMYAiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkimgEKCkNvbXBhcmlzb24SDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRINCgV1c2VycxgDIAEoBBIQCghzZXNzaW9ucxgEIAEoBBIRCglwYWdldmlld3MYBSABKAQSEwoLYm91bmNlX3JhdGUYBiABKAkSKQoFZGFpbHkYByADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIjwKEkdldFJlYWx0aW1lUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQFCDQoLX3Byb2plY3RfaWQivgEKE0dldFJlYWx0aW1lUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIQCgh2aXNpdG9ycxgCIAEoBBIRCglwYWdldmlld3MYAyABKAQSEgoKcGVyX21pbnV0ZRgEIAMoBBIrCgVwYWdlcxgFIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdzb3VyY2VzGAYgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5IiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSIVChNMaXN0UHJvamVjdHNSZXF1ZXN0Ij8KFExpc3RQcm9qZWN0c1Jlc3BvbnNlEicKCHByb2plY3RzGAEgAygLMhUuYW5hbHl0aWNzLnYxLlByb2plY3QilAEKB1Byb2plY3QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9hbGxvd2VkX29yaWdpbnMYAyADKAkSGQoRYWxsb3dlZF9yZWZlcnJlcnMYBCADKAkSEAoIdGltZXpvbmUYBSABKAkSFQoNbW9udGhseV9xdW90YRgGIAEoAxISCgpjcmVhdGVkX2F0GAcgASgJIpACChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQESFQoNdHJhY2tlZF9wcm9wcxgHIAMoCUIHCgVfbmFtZUILCglfdGltZXpvbmVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQipwEKCVJhdGVMaW1pdBIUCgdwZXJfa2V5GAEgASgBSACIAQESGgoNYnVyc3RfcGVyX2tleRgCIAEoAUgBiAEBEhMKBnBlcl9pcBgDIAEoAUgCiAEBEhkKDGJ1cnN0X3Blcl9pcBgEIAEoAUgDiAEBQgoKCF9wZXJfa2V5QhAKDl9idXJzdF9wZXJfa2V5QgkKB19wZXJfaXBCDwoNX2J1cnN0X3Blcl9pcCJoChVDcmVhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EicKBGtleXMYAiABKAsyGS5hbmFseXRpY3MudjEuUHJvamVjdEtleXMiMgoLUHJvamVjdEtleXMSDgoGc2VjcmV0GAEgASgJEhMKC3B1Ymxpc2hhYmxlGAIgASgJMogEChBBbmFseXRpY3NTZXJ2aWNlEkMKBkluZ2VzdBIbLmFuYWx5dGljcy52MS5Jbmdlc3RSZXF1ZXN0GhwuYW5hbHl0aWNzLnYxLkluZ2VzdFJlc3BvbnNlElkKDEluZ2VzdFN0cmVhbRIhLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXF1ZXN0GiIuYW5hbHl0aWNzLnYxLkluZ2VzdFN0cmVhbVJlc3BvbnNlKAEwARJPCgpHZXRNZXRyaWNzEh8uYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXF1ZXN0GiAuYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXNwb25zZRJSCgtHZXRSZWFsdGltZRIgLmFuYWx5dGljcy52MS5HZXRSZWFsdGltZVJlcXVlc3QaIS5hbmFseXRpY3MudjEuR2V0UmVhbHRpbWVSZXNwb25zZRJVCgxMaXN0UHJvamVjdHMSIS5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVxdWVzdBoiLmFuYWx5dGljcy52MS5MaXN0UHJvamVjdHNSZXNwb25zZRJYCg1DcmVhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct]);
+  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIq0BChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBEhQKB2NvbXBhcmUYBSABKAlIBIgBAUIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG9CDQoLX3Byb2plY3RfaWRCCgoIX2NvbXBhcmUikwcKEkdldE1ldHJpY3NSZXNwb25zZRISCgpwcm9qZWN0X2lkGAEgASgJEgwKBGZyb20YAiABKAkSCgoCdG8YAyABKAkSEAoIdGltZXpvbmUYBCABKAkSDQoFdXNlcnMYBSABKAQSEAoIc2Vzc2lvbnMYBiABKAQSEQoJcGFnZXZpZXdzGAcgASgEEhMKC2JvdW5jZV9yYXRlGAggASgJEjUKD3RyYWZmaWNfc291cmNlcxgJIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIvCgljb3VudHJpZXMYCiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSLQoHZGV2aWNlcxgLIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIrCgVwYWdlcxgMIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIsCgZldmVudHMYDSADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSDAoEYm90cxgOIAEoBBIwCg1yZWNlbnRfZXZlbnRzGA8gAygLMhkuYW5hbHl0aWNzLnYxLlJlY2VudEV2ZW50EikKBWRhaWx5GBAgAygLMhouYW5hbHl0aWNzLnYxLkRhaWx5RmlndXJlcxIxCgtlbnRyeV9wYWdlcxgRIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIuCghicm93c2VycxgSIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRI3ChFvcGVyYXRpbmdfc3lzdGVtcxgTIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIxCgt1dG1fbWVkaXVtcxgUIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIzCg11dG1fY2FtcGFpZ25zGBUgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKB3JldmVudWUYFiADKAsyGi5hbmFseXRpY3MudjEuUmV2ZW51ZUVudHJ5EioKBXByb3BzGBcgAygLMhsuYW5hbHl0aWNzLnYxLlByb3BCcmVha2Rvd24SLgoHY29tcGFyZRgYIAEoCzIYLmFuYWx5dGljcy52MS5Db21wYXJpc29uSACIAQFCCgoIX2NvbXBhcmUiQgoMUmV2ZW51ZUVudHJ5EhAKCGN1cnJlbmN5GAEgASgJEg0KBXRvdGFsGAIgASgBEhEKCXB1cmNoYXNlcxgDIAEoBCJKCg1Qcm9wQnJlYWtkb3duEgsKA2tleRgBIAEoCRIsCgZ2YWx1ZXMYAiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkimgEKCkNvbXBhcmlzb24SDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRINCgV1c2VycxgDIAEoBBIQCghzZXNzaW9ucxgEIAEoBBIRCglwYWdldmlld3MYBSABKAQSEwoLYm91bmNlX3JhdGUYBiABKAkSKQoFZGFpbHkYByADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIjwKEkdldFJlYWx0aW1lUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQFCDQoLX3Byb2plY3RfaWQivgEKE0dldFJlYWx0aW1lUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIQCgh2aXNpdG9ycxgCIAEoBBIRCglwYWdldmlld3MYAyABKAQSEgoKcGVyX21pbnV0ZRgEIAMoBBIrCgVwYWdlcxgFIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdzb3VyY2VzGAYgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5IiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIpACChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQESFQoNdHJhY2tlZF9wcm9wcxgHIAMoCUIHCgVfbmFtZUILCglfdGltZXpvbmVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQipwEKCVJhdGVMaW1pdBIUCgdwZXJfa2V5GAEgASgBSACIAQESGgoNYnVyc3RfcGVyX2tleRgCIAEoAUgBiAEBEhMKBnBlcl9pcBgDIAEoAUgCiAEBEhkKDGJ1cnN0X3Blcl9pcBgEIAEoAUgDiAEBQgoKCF9wZXJfa2V5QhAKDl9idXJzdF9wZXJfa2V5QgkKB19wZXJfaXBCDwoNX2J1cnN0X3Blcl9pcCJoChVDcmVhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EicKBGtleXMYAiABKAsyGS5hbmFseXRpY3MudjEuUHJvamVjdEtleXMiMgoLUHJvamVjdEtleXMSDgoGc2VjcmV0GAEgASgJEhMKC3B1Ymxpc2hhYmxlGAIgASgJIhwKClN0cmluZ0xpc3QSDgoGdmFsdWVzGAEgAygJIs4CChRVcGRhdGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhEKBG5hbWUYAiABKAlIAIgBARIxCg9hbGxvd2VkX29yaWdpbnMYAyABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIzChFhbGxvd2VkX3JlZmVycmVycxgEIAEoCzIYLmFuYWx5dGljcy52MS5TdHJpbmdMaXN0EhoKDW1vbnRobHlfcXVvdGEYBSABKANIAYgBARIwCgpyYXRlX2xpbWl0GAYgASgLMhcuYW5hbHl0aWNzLnYxLlJhdGVMaW1pdEgCiAEBEi8KDXRyYWNrZWRfcHJvcHMYByABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdEIHCgVfbmFtZUIQCg5fbW9udGhseV9xdW90YUINCgtfcmF0ZV9saW1pdCI/ChVVcGRhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0IioKFERlbGV0ZVByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiFwoVRGVsZXRlUHJvamVjdFJlc3BvbnNlIiUKD0xpc3RLZXlzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjYKEExpc3RLZXlzUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiWAoGQXBpS2V5EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSDAoEaGludBgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEhIKCmV4cGlyZXNfYXQYBSABKAkiXAoQQ3JlYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSFwoKZXhwaXJlc19hdBgDIAEoCUgAiAEBQg0KC19leHBpcmVzX2F0IkQKEUNyZWF0ZUtleVJlc3BvbnNlEgsKA2tleRgBIAEoCRIiCgRpbmZvGAIgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSJKChBVcGRhdGVLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJEhIKCmV4cGlyZXNfYXQYAyABKAkiNgoRVXBkYXRlS2V5UmVzcG9uc2USIQoDa2V5GAEgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSI2ChBSZXZva2VLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlMvEHChBBbmFseXRpY3NTZXJ2aWNlEkMKBkluZ2VzdBIbLmFuYWx5dGljcy52MS5Jbmdlc3RSZXF1ZXN0GhwuYW5hbHl0aWNzLnYxLkluZ2VzdFJlc3BvbnNlElkKDEluZ2VzdFN0cmVhbRIhLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXF1ZXN0GiIuYW5hbHl0aWNzLnYxLkluZ2VzdFN0cmVhbVJlc3BvbnNlKAEwARJPCgpHZXRNZXRyaWNzEh8uYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXF1ZXN0GiAuYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXNwb25zZRJSCgtHZXRSZWFsdGltZRIgLmFuYWx5dGljcy52MS5HZXRSZWFsdGltZVJlcXVlc3QaIS5hbmFseXRpY3MudjEuR2V0UmVhbHRpbWVSZXNwb25zZRJVCgxMaXN0UHJvamVjdHMSIS5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVxdWVzdBoiLmFuYWx5dGljcy52MS5MaXN0UHJvamVjdHNSZXNwb25zZRJYCg1DcmVhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXNwb25zZRJYCg1VcGRhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXNwb25zZRJYCg1EZWxldGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXNwb25zZRJJCghMaXN0S2V5cxIdLmFuYWx5dGljcy52MS5MaXN0S2V5c1JlcXVlc3QaHi5hbmFseXRpY3MudjEuTGlzdEtleXNSZXNwb25zZRJMCglDcmVhdGVLZXkSHi5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5DcmVhdGVLZXlSZXNwb25zZRJMCglVcGRhdGVLZXkSHi5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5VcGRhdGVLZXlSZXNwb25zZRJMCglSZXZva2VLZXkSHi5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5SZXZva2VLZXlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct]);
 
 /**
  * One event, with the fields of CONTRACT.md "Event fields". Each field maps to the HTTP JSON field named in its
@@ -983,6 +983,19 @@ export const DailyFiguresSchema: GenMessage<DailyFigures> = /*@__PURE__*/
  * @generated from message analytics.v1.ListProjectsRequest
  */
 export type ListProjectsRequest = Message<"analytics.v1.ListProjectsRequest"> & {
+  /**
+   * Page size, 1 to 1000; 0 means the default (100).
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * The next_cursor of the previous page; empty for the first page.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
 };
 
 /**
@@ -993,7 +1006,7 @@ export const ListProjectsRequestSchema: GenMessage<ListProjectsRequest> = /*@__P
   messageDesc(file_analytics_v1_analytics, 17);
 
 /**
- * The projects the key may see.
+ * The projects the key may see, one page.
  *
  * @generated from message analytics.v1.ListProjectsResponse
  */
@@ -1004,6 +1017,13 @@ export type ListProjectsResponse = Message<"analytics.v1.ListProjectsResponse"> 
    * @generated from field: repeated analytics.v1.Project projects = 1;
    */
   projects: Project[];
+
+  /**
+   * Pass as `cursor` for the next page; empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
 };
 
 /**
@@ -1067,6 +1087,13 @@ export type Project = Message<"analytics.v1.Project"> & {
    * @generated from field: string created_at = 7;
    */
   createdAt: string;
+
+  /**
+   * eventParams keys counted per value.
+   *
+   * @generated from field: repeated string tracked_props = 8;
+   */
+  trackedProps: string[];
 };
 
 /**
@@ -1239,6 +1266,400 @@ export const ProjectKeysSchema: GenMessage<ProjectKeys> = /*@__PURE__*/
   messageDesc(file_analytics_v1_analytics, 23);
 
 /**
+ * A list whose presence matters: unset leaves the field as it is, set (even empty) replaces it.
+ *
+ * @generated from message analytics.v1.StringList
+ */
+export type StringList = Message<"analytics.v1.StringList"> & {
+  /**
+   * The values.
+   *
+   * @generated from field: repeated string values = 1;
+   */
+  values: string[];
+};
+
+/**
+ * Describes the message analytics.v1.StringList.
+ * Use `create(StringListSchema)` to create a new message.
+ */
+export const StringListSchema: GenMessage<StringList> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 24);
+
+/**
+ * The body of PATCH /projects/{id}.
+ *
+ * @generated from message analytics.v1.UpdateProjectRequest
+ */
+export type UpdateProjectRequest = Message<"analytics.v1.UpdateProjectRequest"> & {
+  /**
+   * The project to change.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * JSON `name`.
+   *
+   * @generated from field: optional string name = 2;
+   */
+  name?: string | undefined;
+
+  /**
+   * JSON `allowed_origins`.
+   *
+   * @generated from field: analytics.v1.StringList allowed_origins = 3;
+   */
+  allowedOrigins?: StringList | undefined;
+
+  /**
+   * JSON `allowed_referrers`.
+   *
+   * @generated from field: analytics.v1.StringList allowed_referrers = 4;
+   */
+  allowedReferrers?: StringList | undefined;
+
+  /**
+   * JSON `monthly_quota`; 0 means unlimited.
+   *
+   * @generated from field: optional int64 monthly_quota = 5;
+   */
+  monthlyQuota?: bigint | undefined;
+
+  /**
+   * JSON `rate_limit`: replaces the project's overrides.
+   *
+   * @generated from field: optional analytics.v1.RateLimit rate_limit = 6;
+   */
+  rateLimit?: RateLimit | undefined;
+
+  /**
+   * JSON `tracked_props`.
+   *
+   * @generated from field: analytics.v1.StringList tracked_props = 7;
+   */
+  trackedProps?: StringList | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateProjectRequest.
+ * Use `create(UpdateProjectRequestSchema)` to create a new message.
+ */
+export const UpdateProjectRequestSchema: GenMessage<UpdateProjectRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 25);
+
+/**
+ * The changed project.
+ *
+ * @generated from message analytics.v1.UpdateProjectResponse
+ */
+export type UpdateProjectResponse = Message<"analytics.v1.UpdateProjectResponse"> & {
+  /**
+   * The project after the change.
+   *
+   * @generated from field: analytics.v1.Project project = 1;
+   */
+  project?: Project | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateProjectResponse.
+ * Use `create(UpdateProjectResponseSchema)` to create a new message.
+ */
+export const UpdateProjectResponseSchema: GenMessage<UpdateProjectResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 26);
+
+/**
+ * DELETE /projects/{id}.
+ *
+ * @generated from message analytics.v1.DeleteProjectRequest
+ */
+export type DeleteProjectRequest = Message<"analytics.v1.DeleteProjectRequest"> & {
+  /**
+   * The project to delete.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message analytics.v1.DeleteProjectRequest.
+ * Use `create(DeleteProjectRequestSchema)` to create a new message.
+ */
+export const DeleteProjectRequestSchema: GenMessage<DeleteProjectRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 27);
+
+/**
+ * Answered once the project is deleted and its events erased.
+ *
+ * @generated from message analytics.v1.DeleteProjectResponse
+ */
+export type DeleteProjectResponse = Message<"analytics.v1.DeleteProjectResponse"> & {
+};
+
+/**
+ * Describes the message analytics.v1.DeleteProjectResponse.
+ * Use `create(DeleteProjectResponseSchema)` to create a new message.
+ */
+export const DeleteProjectResponseSchema: GenMessage<DeleteProjectResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 28);
+
+/**
+ * GET /projects/{id}/keys.
+ *
+ * @generated from message analytics.v1.ListKeysRequest
+ */
+export type ListKeysRequest = Message<"analytics.v1.ListKeysRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message analytics.v1.ListKeysRequest.
+ * Use `create(ListKeysRequestSchema)` to create a new message.
+ */
+export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 29);
+
+/**
+ * A project's keys.
+ *
+ * @generated from message analytics.v1.ListKeysResponse
+ */
+export type ListKeysResponse = Message<"analytics.v1.ListKeysResponse"> & {
+  /**
+   * In creation order.
+   *
+   * @generated from field: repeated analytics.v1.ApiKey keys = 1;
+   */
+  keys: ApiKey[];
+};
+
+/**
+ * Describes the message analytics.v1.ListKeysResponse.
+ * Use `create(ListKeysResponseSchema)` to create a new message.
+ */
+export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 30);
+
+/**
+ * A key as listed: never the key itself.
+ *
+ * @generated from message analytics.v1.ApiKey
+ */
+export type ApiKey = Message<"analytics.v1.ApiKey"> & {
+  /**
+   * The key's id, for RevokeKey.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * "secret" (sk_), "publishable" (pk_) or "read" (rk_).
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * The prefix and last characters, such as "sk_…abcd".
+   *
+   * @generated from field: string hint = 3;
+   */
+  hint: string;
+
+  /**
+   * Creation time, ISO-8601.
+   *
+   * @generated from field: string created_at = 4;
+   */
+  createdAt: string;
+
+  /**
+   * Expiry, ISO-8601; empty when the key does not expire.
+   *
+   * @generated from field: string expires_at = 5;
+   */
+  expiresAt: string;
+};
+
+/**
+ * Describes the message analytics.v1.ApiKey.
+ * Use `create(ApiKeySchema)` to create a new message.
+ */
+export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 31);
+
+/**
+ * POST /projects/{id}/keys.
+ *
+ * @generated from message analytics.v1.CreateKeyRequest
+ */
+export type CreateKeyRequest = Message<"analytics.v1.CreateKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * "secret", "publishable" or "read".
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * ISO-8601 time in the future after which the key stops working; unset: never.
+   *
+   * @generated from field: optional string expires_at = 3;
+   */
+  expiresAt?: string | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.CreateKeyRequest.
+ * Use `create(CreateKeyRequestSchema)` to create a new message.
+ */
+export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 32);
+
+/**
+ * The new key.
+ *
+ * @generated from message analytics.v1.CreateKeyResponse
+ */
+export type CreateKeyResponse = Message<"analytics.v1.CreateKeyResponse"> & {
+  /**
+   * The key itself, shown only here.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Its listing.
+   *
+   * @generated from field: analytics.v1.ApiKey info = 2;
+   */
+  info?: ApiKey | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.CreateKeyResponse.
+ * Use `create(CreateKeyResponseSchema)` to create a new message.
+ */
+export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 33);
+
+/**
+ * PATCH /projects/{id}/keys/{key_id}.
+ *
+ * @generated from message analytics.v1.UpdateKeyRequest
+ */
+export type UpdateKeyRequest = Message<"analytics.v1.UpdateKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The key's id from ListKeys.
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * ISO-8601 time in the future after which the key stops working.
+   *
+   * @generated from field: string expires_at = 3;
+   */
+  expiresAt: string;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateKeyRequest.
+ * Use `create(UpdateKeyRequestSchema)` to create a new message.
+ */
+export const UpdateKeyRequestSchema: GenMessage<UpdateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 34);
+
+/**
+ * The key after the change.
+ *
+ * @generated from message analytics.v1.UpdateKeyResponse
+ */
+export type UpdateKeyResponse = Message<"analytics.v1.UpdateKeyResponse"> & {
+  /**
+   * Its listing.
+   *
+   * @generated from field: analytics.v1.ApiKey key = 1;
+   */
+  key?: ApiKey | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateKeyResponse.
+ * Use `create(UpdateKeyResponseSchema)` to create a new message.
+ */
+export const UpdateKeyResponseSchema: GenMessage<UpdateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 35);
+
+/**
+ * DELETE /projects/{id}/keys/{key_id}.
+ *
+ * @generated from message analytics.v1.RevokeKeyRequest
+ */
+export type RevokeKeyRequest = Message<"analytics.v1.RevokeKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The key's id from ListKeys.
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message analytics.v1.RevokeKeyRequest.
+ * Use `create(RevokeKeyRequestSchema)` to create a new message.
+ */
+export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 36);
+
+/**
+ * Answered once the key is revoked: it is refused from then on, also after a restart.
+ *
+ * @generated from message analytics.v1.RevokeKeyResponse
+ */
+export type RevokeKeyResponse = Message<"analytics.v1.RevokeKeyResponse"> & {
+};
+
+/**
+ * Describes the message analytics.v1.RevokeKeyResponse.
+ * Use `create(RevokeKeyResponseSchema)` to create a new message.
+ */
+export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 37);
+
+/**
  * Ingestion, metrics and project management.
  *
  * @generated from service analytics.v1.AnalyticsService
@@ -1313,6 +1734,68 @@ export const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof CreateProjectRequestSchema;
     output: typeof CreateProjectResponseSchema;
+  },
+  /**
+   * Changes a project (PATCH /projects/{id}): only the fields that are set. The timezone cannot change.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.UpdateProject
+   */
+  updateProject: {
+    methodKind: "unary";
+    input: typeof UpdateProjectRequestSchema;
+    output: typeof UpdateProjectResponseSchema;
+  },
+  /**
+   * Deletes a project (DELETE /projects/{id}): its keys stop working at once and its events are erased.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.DeleteProject
+   */
+  deleteProject: {
+    methodKind: "unary";
+    input: typeof DeleteProjectRequestSchema;
+    output: typeof DeleteProjectResponseSchema;
+  },
+  /**
+   * Lists a project's keys (GET /projects/{id}/keys), never the keys themselves.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.ListKeys
+   */
+  listKeys: {
+    methodKind: "unary";
+    input: typeof ListKeysRequestSchema;
+    output: typeof ListKeysResponseSchema;
+  },
+  /**
+   * Creates a key (POST /projects/{id}/keys); the key is shown only in this response.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.CreateKey
+   */
+  createKey: {
+    methodKind: "unary";
+    input: typeof CreateKeyRequestSchema;
+    output: typeof CreateKeyResponseSchema;
+  },
+  /**
+   * Sets when a key expires (PATCH /projects/{id}/keys/{key_id}): key rotation with an overlap. Expiring the last
+   * secret key is FAILED_PRECONDITION (error-code `conflict`).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.UpdateKey
+   */
+  updateKey: {
+    methodKind: "unary";
+    input: typeof UpdateKeyRequestSchema;
+    output: typeof UpdateKeyResponseSchema;
+  },
+  /**
+   * Revokes a key (DELETE /projects/{id}/keys/{key_id}). The project's last secret key cannot be revoked
+   * (FAILED_PRECONDITION, error-code `conflict`).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.RevokeKey
+   */
+  revokeKey: {
+    methodKind: "unary";
+    input: typeof RevokeKeyRequestSchema;
+    output: typeof RevokeKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_analytics_v1_analytics, 0);
