@@ -36,7 +36,10 @@ async function main(): Promise<void> {
       pipelineStages: Object.fromEntries(pipeline.stages.map((x) => [x.stage, round(x.usPerEvent, 3)])),
       foldEventsPerSec: Math.round(s.build.foldEventsPerSec),
       coreP95Ms: Object.fromEntries(s.build.core.map((r) => [`${r.days}d`, round(r.latency.p95, 3)])),
-      coreFullCompareP95Ms: s.build.coreFullCompare ? round(s.build.coreFullCompare.latency.p95, 3) : null,
+      coreFullCompareMs: s.build.coreFullCompare
+        ? { p50: round(s.build.coreFullCompare.latency.p50, 3), p95: round(s.build.coreFullCompare.latency.p95, 3) }
+        : null,
+      core30dP50Ms: round(s.build.core.find((r) => r.days === 30)!.latency.p50, 3),
       httpP95Ms: Object.fromEntries(s.http.map((r) => [`${r.days}d`, round(r.latency.p95, 3)])),
       snapshotBytes: s.build.snapshotBytes,
       restoreMs: Math.round(s.restore.totalMs),
