@@ -102,7 +102,7 @@ test('a fold that seals days at random points, with snapshots and restarts betwe
       if (events.at(-1)!.rt - events[0]!.rt > 40 * DAY_MS) assert.ok(live < all, `some days were sealed (${live} live of ${all})`);
       for (const p of projects) {
         for (const [from, to] of RANGES) {
-          const got = metrics(state, p, 'UTC', from, to, sealed);
+          const got = metrics(state, p, 'UTC', from, to, { sealed });
           const { projectId, from: f, to: t, timezone, daily, bots, ...figures } = got;
           assert.deepEqual(figures, referenceMetrics(events, p, from, to), `${p} ${from}..${to}`);
           for (const d of daily) {
@@ -146,7 +146,7 @@ test('a project idle for months holds no live days, and a 12-month read merges m
   const to = '2026-12-31';
   const parts = sealed.parts('p_year', from, to, new Map());
   assert.equal(parts.length, 12, 'one rollup per month');
-  const m = metrics(state, 'p_year', 'UTC', from, to, sealed);
+  const m = metrics(state, 'p_year', 'UTC', from, to, { sealed });
   assert.deepEqual(m, { ...m, users: 365 * 3, sessions: 365 * 3, pageviews: 365 * 3 });
   assert.equal(m.daily.length, 365);
   assert.ok(m.daily.every((d) => d.sessions === 3));

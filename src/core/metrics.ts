@@ -1,12 +1,12 @@
 import { sortedBreakdown } from './capped-counter.ts';
-import { formatRate } from './day-aggregate.ts';
+import { formatRate, PROPS_PREFIX, REVENUE_PURCHASES, REVENUE_TOTAL } from './day-aggregate.ts';
 import type { DayFigures, LiveDays, RangePart, SealedSource } from './day-view.ts';
-import { daysBetween, eachDay, isValidDate } from './dates.ts';
+import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
+import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
 import type { AnalyticsState } from './state.ts';
-import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
+import type { Breakdown, Comparison, DailyFigures, MetricsResponse, RecentEvent, RevenueFigure } from './types.ts';
 
 export interface RangeQuery {
   date?: string | undefined;
@@ -41,26 +41,54 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
   return { ok: true, from, to };
 }
 
-const NO_LIVE_DAYS: LiveDays = new Map();
+/** CONTRACT: the values of `compare`. */
+export const COMPARE_MODES = ['previous', 'year'] as const;
+export type CompareMode = (typeof COMPARE_MODES)[number];
+
+export function isCompareMode(v: string): v is CompareMode {
+  return (COMPARE_MODES as readonly string[]).includes(v);
+}
 
 /**
- * Combined figures of the range plus a per-day series: the one JSON shape of GET /metrics. Live days come from the
- * state, sealed history from `sealed` (the engine's store); both are RangeParts, so a range answers the same
- * whichever side of the seal boundary its days are on.
+ * The comparison range: `previous` is the range of the same length ending the day before `from`; `year` the same
+ * dates one year earlier, Feb 29 mapping to Feb 28.
  */
-export function metrics(
-  state: AnalyticsState,
-  projectId: string,
-  timezone: string,
-  from: string,
-  to: string,
-  sealed?: SealedSource,
-): MetricsResponse {
+export function compareRange(mode: CompareMode, from: string, to: string): { from: string; to: string } {
+  if (mode === 'previous') {
+    const n = daysBetween(from, to);
+    return { from: addDays(from, -n), to: addDays(from, -1) };
+  }
+  return { from: yearEarlier(from), to: yearEarlier(to) };
+}
+
+function yearEarlier(day: string): string {
+  const year = String(Number(day.slice(0, 4)) - 1).padStart(4, '0');
+  const md = day.slice(5);
+  return `${year}-${md === '02-29' ? '02-28' : md}`;
+}
+
+export interface MetricsOptions {
+  /** the project's `tracked_props`: the keys `props` reports */
+  trackedProps?: readonly string[] | undefined;
+  /** the comparison range, when asked for */
+  compare?: { from: string; to: string } | undefined;
+  /** sealed history (the engine's store); without it only live days are read */
+  sealed?: SealedSource | undefined;
+}
+
+const NO_LIVE_DAYS: LiveDays = new Map();
+
+/** Every part of a project's history in [from, to]: its live days, then its sealed days and months. */
+function rangeParts(state: AnalyticsState, projectId: string, from: string, to: string, sealed: SealedSource | undefined): RangePart[] {
   const p = state.projects.get(projectId);
   const parts: RangePart[] = [];
   if (p) for (const d of p.days.values()) if (d.day >= from && d.day <= to) parts.push(d);
   if (sealed) for (const part of sealed.parts(projectId, from, to, p?.days ?? NO_LIVE_DAYS)) parts.push(part);
+  return parts;
+}
 
+/** The headline figures and daily series of a range, from its parts (the answer's top and the `compare` object). */
+function headline(parts: readonly RangePart[], from: string, to: string): Comparison & { bots: number } {
   const byDate = new Map<string, DayFigures>();
   /** parts with at least one user, and how many days they cover (a one-day range is exact from its figures) */
   const withUsers: RangePart[] = [];
@@ -86,7 +114,6 @@ export function metrics(
     }
     if (users > 0) withUsers.push(part);
   }
-
   const daily: DailyFigures[] = [];
   for (const date of eachDay(from, to)) {
     const f = byDate.get(date);
@@ -96,30 +123,81 @@ export function metrics(
         : { date, users: 0, sessions: 0, pageviews: 0, bounceRate: '0.0%' },
     );
   }
-  const breakdown = (name: string) => {
+  const users = userDays === 1 ? withUsers[0]!.figures().find((f) => f.users > 0 && f.date >= from && f.date <= to)!.users : distinctUsers(withUsers);
+  return { from, to, users, sessions, pageviews, bounceRate: formatRate(bounces, withPageview), daily, bots };
+}
+
+/**
+ * Combined figures of the range plus a per-day series: the one JSON shape of GET /metrics. Live days come from the
+ * state, sealed history from `opts.sealed` (the engine's store); both are RangeParts, and every breakdown (the
+ * insights, revenue and tracked props included) is read by name through them, so a range answers the same whichever
+ * side of the seal boundary its days are on. `compare` is read the same way.
+ */
+export function metrics(
+  state: AnalyticsState,
+  projectId: string,
+  timezone: string,
+  from: string,
+  to: string,
+  opts: MetricsOptions = {},
+): MetricsResponse {
+  const p = state.projects.get(projectId);
+  const parts = rangeParts(state, projectId, from, to, opts.sealed);
+  const head = headline(parts, from, to);
+  const sum = (name: string) => {
     const m = new Map<string, number>();
     for (const part of parts) part.sumBreakdown(name, m);
-    return sortedBreakdown(m);
+    return m;
   };
+  const breakdown = (name: string) => sortedBreakdown(sum(name));
+  const props = new Map<string, Map<string, number>>((opts.trackedProps ?? []).map((k) => [k, sum(PROPS_PREFIX + k)]));
 
-  return {
+  const out: MetricsResponse = {
     projectId,
     from,
     to,
     timezone,
-    users: userDays === 1 ? withUsers[0]!.figures().find((f) => f.users > 0 && f.date >= from && f.date <= to)!.users : distinctUsers(withUsers),
-    sessions,
-    pageviews,
-    bounceRate: formatRate(bounces, withPageview),
+    users: head.users,
+    sessions: head.sessions,
+    pageviews: head.pageviews,
+    bounceRate: head.bounceRate,
     trafficSources: breakdown('trafficSources'),
     countries: breakdown('countries'),
     devices: breakdown('devices'),
     pages: breakdown('pages'),
     events: breakdown('events'),
-    bots,
+    bots: head.bots,
     recentEvents: p ? recentIn(p.recent.newestFirst(), from, to) : [],
-    daily,
+    daily: head.daily,
+    entryPages: breakdown('entryPages'),
+    browsers: breakdown('browsers'),
+    operatingSystems: breakdown('operatingSystems'),
+    utmMediums: breakdown('utmMediums'),
+    utmCampaigns: breakdown('utmCampaigns'),
+    revenue: revenueFigures(sum(REVENUE_TOTAL), sum(REVENUE_PURCHASES)),
+    props: propFigures(props),
   };
+  if (opts.compare) {
+    const { bots: _bots, ...c } = headline(rangeParts(state, projectId, opts.compare.from, opts.compare.to, opts.sealed), opts.compare.from, opts.compare.to);
+    out.compare = c;
+  }
+  return out;
+}
+
+/** Most purchases first, ties by code; totals rounded to 2 decimals once, after summing. */
+function revenueFigures(totals: Map<string, number>, purchases: Map<string, number>): Record<string, RevenueFigure> {
+  const entries = [...purchases].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, MAX_REVENUE_CURRENCIES);
+  const out: Record<string, RevenueFigure> = {};
+  for (const [code, n] of entries) out[code] = { total: Math.round((totals.get(code) ?? 0) * 100) / 100, purchases: n };
+  return out;
+}
+
+function propFigures(props: Map<string, Map<string, number>>): Record<string, Breakdown> {
+  const out: Record<string, Breakdown> = {};
+  for (const [key, counts] of props) {
+    Object.defineProperty(out, key, { value: sortedBreakdown(counts), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
 }
 
 function addFigures(a: DayFigures, b: DayFigures): DayFigures {

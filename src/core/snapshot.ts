@@ -1,6 +1,7 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
+import type { RealtimeSnapshot } from './realtime.ts';
 import type { RecentRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
@@ -8,9 +9,12 @@ import { AnalyticsState } from './state.ts';
  * The live state as plain data, for the store to serialize: only what is not durable elsewhere. Sealed days are in
  * the store, so a snapshot holds the live days (their hash tables copied as they are in memory: a memcpy each, no
  * per-key work on the main thread), the rings, the counters and the sealing clock. Sketches are left out: they
- * are rebuilt from the exact sets on restore.
+ * are rebuilt from the exact sets on restore. Every named breakdown of a day (DayAggregate.breakdowns: the base five,
+ * the insight breakdowns, revenue and tracked props) is one entry of `breakdowns`; a project carries its realtime
+ * minutes (small and bounded, so they are written whole each time).
  */
-export const SNAPSHOT_VERSION = 2;
+/** 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. */
+export const SNAPSHOT_VERSION = 3;
 
 type Pairs = [string, number][];
 
@@ -24,7 +28,7 @@ export interface DaySnapshot {
   bots: number;
   sessions: RawNumberCounts;
   users: RawNumberSet;
-  /** breakdown name -> pairs (see DayAggregate.breakdowns) */
+  /** breakdown name -> pairs (see DayAggregate.breakdowns: insights, revenue and props included) */
   breakdowns: Record<string, Pairs>;
 }
 
@@ -35,6 +39,7 @@ export interface ProjectSnapshot {
   /** the ring, oldest first, 9 values per entry (RecentRing.packed), or as the caller's encoder gave it */
   recent: Array<string | number> | Uint8Array | Encoded;
   monthly: Pairs;
+  realtime: RealtimeSnapshot;
 }
 
 export interface SnapshotData {
@@ -91,6 +96,7 @@ export function toSnapshot(
       days,
       recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
+      realtime: p.realtime.toSnapshot(),
     });
   }
   return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, maxRt: state.maxRt, projects };
@@ -119,12 +125,16 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       d.users = NumberSet.fromRaw(ds.users);
       // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
       if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
-      for (const [name, c] of d.breakdowns()) for (const [k, v] of ds.breakdowns[name] ?? []) c.counts.set(k, v);
+      for (const [name, pairs] of Object.entries(ds.breakdowns)) {
+        const c = d.breakdown(name);
+        if (c) for (const [k, v] of pairs) c.counts.set(k, v);
+      }
       p.days.set(ds.day, d);
     }
     if (!Array.isArray(ps.recent)) throw new Error('a ring still encoded: the store decodes rings before restoring');
     p.recent.pushPacked(ps.recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
+    p.realtime.restore(ps.realtime);
   }
   return state;
 }

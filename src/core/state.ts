@@ -1,6 +1,8 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMidnight, utcMonthOf } from './dates.ts';
+import { hash53 } from './hash.ts';
 import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
+import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
 
@@ -11,6 +13,8 @@ export class ProjectState {
   readonly recent = new RecentRing(RECENT_RING_SIZE);
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
+  /** the last 30 minutes by receive time (GET /metrics/realtime) */
+  readonly realtime = new Realtime();
 }
 
 /** A live day the reducer hands over to be sealed (written to the store, then dropped from the heap). */
@@ -92,7 +96,8 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
 }
 
 function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {
-  state.day(p, e.day, seq).apply(e);
+  const session = hash53(e.sessionId);
+  state.day(p, e.day, seq).apply(e, session);
   p.recent.push({
     day: e.day,
     ts: e.ts,
@@ -104,6 +109,7 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
+  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }
