@@ -193,6 +193,8 @@ export class Engine implements AnalyticsEngine {
       return fail('payload_too_large', `a batch holds at most ${MAX_BATCH_EVENTS} events (got ${events.length})`, {}, rate);
     }
 
+    // After a project deletion the store compacts and swaps its file; the eventId check below may read LMDB.
+    await this.store.settled();
     const now = this.now();
     const client: ClientFacts = { ip: meta.ip, userAgent: meta.userAgent };
     const facts = this.enricher.classify(client);
@@ -327,6 +329,9 @@ export class Engine implements AnalyticsEngine {
       return fail('invalid_request', '`compare` must be "previous" or "year"', {}, rate);
     }
     const compare = query.compare === undefined ? undefined : compareRange(query.compare, range.from, range.to);
+    if (!this.store.readable()) {
+      return fail('unavailable', 'storage is swapping in its compacted file after a project deletion; retry in a moment', { retryAfterSeconds: 1 }, rate);
+    }
     const value = metrics(this.state, project.id, project.timezone, range.from, range.to, { trackedProps: project.trackedProps, compare, sealed: this.sealed });
     return { ok: true, value, rate };
   }

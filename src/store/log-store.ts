@@ -187,6 +187,8 @@ export class LogStore {
   private readonly file: string;
   /** set while the environment is being compacted: writes wait for it */
   private gate: Promise<void> | undefined;
+  /** true for the few milliseconds the environment is closed during a swap: LMDB reads would throw */
+  private swapping = false;
   /** the keys, held in memory for the few milliseconds the environment is closed during a swap (auth keeps working) */
   private swapKeys: Map<string, KeyRecord> | undefined;
 
@@ -519,15 +521,30 @@ export class LogStore {
       await this.root.backup(tmp, true);
       // lmdb-js cannot open a path again while it is open in this process: close, swap the file, reopen.
       this.swapKeys = new Map([...this.keys.getRange()].map(({ key, value }) => [key, value]));
+      this.swapping = true;
       await this.root.close();
       renameSync(tmp, this.file);
       this.openEnv();
     } finally {
+      this.swapping = false;
       this.swapKeys = undefined;
       rmSync(tmp, { force: true });
       this.gate = undefined;
       release();
     }
+  }
+
+  /**
+   * Whether LMDB can be read now: false while a compaction swaps the file (a few ms). Synchronous readers of the
+   * sealed store answer "unavailable, retry" then instead of failing.
+   */
+  readable(): boolean {
+    return !this.swapping;
+  }
+
+  /** Resolves once no compaction is under way (writes wait for it anyway; a reader of event_ids waits here first). */
+  async settled(): Promise<void> {
+    while (this.gate) await this.gate;
   }
 
   /** Stores a project and its key hashes in one transaction. */
