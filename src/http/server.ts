@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
 import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
+import { isDashboardPath, serveDashboard } from '../dashboard/serve.ts';
 import { buildTracker } from '../tracker/build.ts';
 import { readBody } from './read-body.ts';
 
@@ -127,6 +128,10 @@ export class HttpFace {
       if (req.method === 'OPTIONS') return this.preflight(req, res);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
+      if (isDashboardPath(url.pathname)) {
+        const refused = await serveDashboard(req, res, url.pathname);
+        return refused ? this.send(res, refused) : undefined;
+      }
       const route = this.routes[url.pathname];
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
