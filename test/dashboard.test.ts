@@ -50,7 +50,7 @@ interface Opened {
 }
 
 /** A fresh tab (its own sessionStorage) whose clock agrees with the service's, recording every request. */
-async function open(origin = service.url, options: { locale?: string; width?: number; height?: number; dark?: boolean } = {}): Promise<Opened> {
+async function open(origin = service.url, options: { locale?: string; width?: number; height?: number; dark?: boolean; path?: string } = {}): Promise<Opened> {
   const context = await browser.newContext({
     locale: options.locale ?? 'en-US',
     viewport: { width: options.width ?? 1280, height: options.height ?? 800 },
@@ -65,7 +65,7 @@ async function open(origin = service.url, options: { locale?: string; width?: nu
   page.on('console', (m) => {
     if (m.type() === 'error' && !/status of 4\d\d|status of 5\d\d/.test(m.text())) problems.push(`console: ${m.text()}`);
   });
-  await page.goto(`${origin}/dashboard`);
+  await page.goto(`${origin}${options.path ?? '/dashboard'}`);
   return { page, context, requests, problems };
 }
 
@@ -108,14 +108,16 @@ async function figuresOnScreen(page: Page): Promise<void> {
   await page.locator('.tile[data-metric=users] .value').waitFor({ timeout: WAIT_MS });
 }
 
-/** The page's tiles and tables are exactly `m`, formatted in the page's locale. */
+/** The page's tiles and tables are exactly `m`, numbers formatted in the page's locale (one round trip). */
 async function assertShows(page: Page, m: MetricsResponse & Record<string, any>): Promise<void> {
   const { tiles, tables } = await shown(page);
-  const fmt = (n: number) => page.evaluate((x) => new Intl.NumberFormat(navigator.language).format(x), n);
-  assert.deepEqual(tiles, { users: await fmt(m.users), sessions: await fmt(m.sessions), pageviews: await fmt(m.pageviews), bounceRate: m.bounceRate });
-  for (const field of ['pages', 'trafficSources', 'countries', 'devices', 'events', 'entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns']) {
-    if (m[field] === undefined) continue;
-    const expected = await Promise.all(Object.entries(m[field] as Record<string, number>).map(async ([k, n]) => [k, await fmt(n)]));
+  const fields = ['pages', 'trafficSources', 'countries', 'devices', 'events', 'entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns'].filter((f) => m[f] !== undefined);
+  const numbers = [m.users, m.sessions, m.pageviews, ...fields.flatMap((f) => Object.values(m[f] as Record<string, number>))];
+  const text = await page.evaluate((xs) => xs.map((x) => new Intl.NumberFormat(navigator.language).format(x)), numbers);
+  assert.deepEqual(tiles, { users: text[0], sessions: text[1], pageviews: text[2], bounceRate: m.bounceRate });
+  let i = 3;
+  for (const field of fields) {
+    const expected = Object.keys(m[field] as Record<string, number>).map((k) => [k, text[i++]]);
     assert.deepEqual(tables[field], expected, `table ${field}`);
   }
 }
@@ -141,14 +143,172 @@ test('signing in with a secret key shows the last 30 days exactly as GET /metric
   await context.close();
 });
 
+test('an admin key picks the project from a list; switching project refetches and shows its timezone', async () => {
+  const { page, context, requests, problems } = await open();
+  await signIn(page, service.adminKey);
+  await figuresOnScreen(page);
+  const picker = page.getByLabel('Project');
+  assert.deepEqual(await picker.locator('option').allInnerTexts(), [`acme.example (${site.project.id})`, `docs.acme.example (${other.project.id})`]);
+  let asked = await lastMetrics(requests);
+  assert.equal(asked.searchParams.get('projectId'), site.project.id);
+  await assertShows(page, await metrics(service.adminKey, asked.searchParams.toString()));
+
+  await picker.selectOption(other.project.id);
+  await page.locator('#context', { hasText: 'Europe/Berlin' }).waitFor({ timeout: WAIT_MS });
+  await page.locator('table[data-table=pages] tr[data-key="/start"]').waitFor({ timeout: WAIT_MS });
+  asked = await lastMetrics(requests);
+  assert.equal(asked.searchParams.get('projectId'), other.project.id);
+  assert.equal(await page.locator('#title').innerText(), 'docs.acme.example');
+  await assertShows(page, await metrics(service.adminKey, asked.searchParams.toString()));
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('changing the range (by keyboard) refetches, and a custom range shows exactly those days', async () => {
+  const { page, context, requests, problems } = await open();
+  await signIn(page, site.keys.secret);
+  await figuresOnScreen(page);
+  const before = requests.length;
+  // Keyboard only: focus the range picker and choose "Last 7 days".
+  await page.getByLabel('Date range').focus();
+  await page.getByLabel('Date range').selectOption('7d');
+  await page.locator('#context', { hasText: /Nov 14/ }).waitFor({ timeout: WAIT_MS });
+  assert.ok(requests.length > before, 'a new request');
+  let asked = await lastMetrics(requests);
+  assert.deepEqual([asked.searchParams.get('from'), asked.searchParams.get('to')], [day(NOW - 6 * DAY_MS), day(NOW)]);
+  await assertShows(page, await metrics(site.keys.secret, asked.searchParams.toString()));
+
+  await page.getByLabel('Date range').selectOption('custom');
+  await page.getByLabel('From', { exact: true }).fill('2026-11-01');
+  await page.getByLabel('To', { exact: true }).fill('2026-11-05');
+  await page.getByLabel('To', { exact: true }).press('Enter');
+  await page.locator('#context', { hasText: /Nov 1/ }).waitFor({ timeout: WAIT_MS });
+  asked = await lastMetrics(requests);
+  assert.deepEqual([asked.searchParams.get('from'), asked.searchParams.get('to')], ['2026-11-01', '2026-11-05']);
+  const m = await metrics(site.keys.secret, asked.searchParams.toString());
+  await assertShows(page, m);
+  assert.equal(await page.locator('table[data-table=daily] tbody tr').count(), 5, 'one row per day');
+
+  // Every preset asks for the range it names, in the project's days.
+  const presets: Record<string, [string, string]> = {
+    today: [day(NOW), day(NOW)],
+    yesterday: [day(NOW - DAY_MS), day(NOW - DAY_MS)],
+    month: ['2026-11-01', day(NOW)],
+    lastmonth: ['2026-10-01', '2026-10-31'],
+    '12mo': [day(NOW - 364 * DAY_MS), day(NOW)],
+  };
+  for (const [preset, [from, to]] of Object.entries(presets)) {
+    const count = requests.length;
+    await page.getByLabel('Date range').selectOption(preset);
+    await waitFor(() => requests.slice(count).some((r) => r.url().includes(`from=${from}&to=${to}`)), `the ${preset} request`);
+  }
+  await figuresOnScreen(page);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('a share link signs in from the fragment and removes it; the key is never in a URL, a cookie or localStorage', async () => {
+  const key = await readKey();
+  const { page, context, requests, problems } = await open(service.url, { path: `/dashboard#key=${key}` });
+  await figuresOnScreen(page);
+  assert.equal(new URL(page.url()).hash, '', 'the fragment is gone from the address bar');
+  assert.equal(await page.evaluate(() => location.hash), '');
+  await page.reload(); // the tab stays signed in (sessionStorage), and history holds no key either
+  await figuresOnScreen(page);
+  assert.equal(await page.evaluate(() => history.length), 2, 'the share URL was replaced, not pushed');
+
+  assert.ok(requests.length > 3);
+  for (const r of requests) assert.ok(!r.url().includes(key), `key in a requested URL: ${r.url()}`);
+  const reads = requests.filter((r) => /\/metrics|\/projects/.test(new URL(r.url()).pathname));
+  assert.ok(reads.length > 0);
+  for (const r of reads) assert.equal((await r.allHeaders())['authorization'], `Bearer ${key}`);
+  for (const r of requests) assert.equal((await r.allHeaders())['cookie'], undefined);
+  assert.deepEqual(await context.cookies(), []);
+  assert.equal(await page.evaluate(() => localStorage.length), 0);
+  assert.equal(await page.evaluate(() => document.cookie), '');
+  assert.equal(await page.evaluate(() => Object.values(sessionStorage).filter((v) => v.includes('_')).length >= 1), true);
+
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('API key').waitFor();
+  assert.equal(await page.evaluate((k) => Object.values(sessionStorage).includes(k), key), false, 'signing out forgets the key');
+  // A share link pasted into a tab that already has the dashboard open (only the fragment changes).
+  await page.evaluate((k) => (location.hash = `key=${k}`), key);
+  await figuresOnScreen(page);
+  assert.equal(await page.evaluate(() => location.hash), '');
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('a wrong key says "invalid key", a publishable key says "not allowed", and the page never goes blank', async () => {
+  const { page, context, problems } = await open();
+  await signIn(page, 'sk_thisKeyDoesNotExist0000000000000');
+  await page.locator('#signin-error', { hasText: 'invalid key' }).waitFor({ timeout: WAIT_MS });
+  assert.equal(await page.getByLabel('API key').isVisible(), true, 'the form is still there to try again');
+  await signIn(page, site.keys.publishable);
+  await page.locator('#signin-error', { hasText: 'not allowed' }).waitFor({ timeout: WAIT_MS });
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'a refused key is not kept');
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('429 and a service that does not answer show clear messages, and the page recovers by itself', async () => {
+  let mode: 'limit' | 'down' | 'pass' = 'pass';
+  let refused = 0;
+  const proxy: Proxy = await startProxy(service.url, async (req, res, _body, forward) => {
+    if (req.url?.startsWith('/metrics?') && mode !== 'pass' && refused < 2) {
+      refused++;
+      if (mode === 'down') return void res.destroy();
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '1' });
+      return void res.end(JSON.stringify({ ok: false, error: { code: 'rate_limited', message: 'slow down' } }));
+    }
+    const a = await forward();
+    res.writeHead(a.status, a.headers).end(a.body);
+  });
+  try {
+    const { page, context, problems } = await open(proxy.origin);
+    mode = 'limit';
+    await signIn(page, site.keys.secret);
+    await page.locator('#problem', { hasText: 'Too many requests' }).waitFor({ timeout: WAIT_MS });
+    await figuresOnScreen(page);
+    await page.locator('#problem').waitFor({ state: 'hidden', timeout: WAIT_MS });
+
+    mode = 'down';
+    refused = 0;
+    await page.getByLabel('Date range').selectOption('7d');
+    await page.locator('#problem', { hasText: 'not reachable' }).waitFor({ timeout: WAIT_MS });
+    assert.equal(await page.locator('.tile[data-metric=users] .value').isVisible(), true, 'the last figures stay on screen');
+    await page.getByRole('button', { name: 'Try now' }).click();
+    await page.locator('#problem').waitFor({ state: 'hidden', timeout: 2 * WAIT_MS });
+    assert.deepEqual(problems.filter((p) => !/Failed to load resource|ERR_EMPTY_RESPONSE|Failed to fetch/.test(p)), []);
+    await context.close();
+  } finally {
+    await proxy.close();
+  }
+});
+
+async function waitFor(ready: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + WAIT_MS;
+  while (!ready()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A read-only rk_ key where the service issues them, else the secret key: the share link works with either. */
+async function readKey(): Promise<string> {
+  const res = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret, body: { type: 'read' } });
+  return res.status === 200 && typeof res.body?.key === 'string' ? res.body.key : site.keys.secret;
+}
+
 test('screenshots at 1280×800 and 390×844 are written to docs/, and nothing overflows a phone screen', async () => {
   mkdirSync(DOCS, { recursive: true });
+  const realtime = (await api(service.url, '/metrics/realtime', { key: site.keys.secret })).status === 200;
   for (const [name, width, height, dark] of [['dashboard.png', 1280, 800, false], ['dashboard-mobile.png', 390, 844, false], ['dashboard-dark.png', 1280, 800, true]] as const) {
     const { page, context, problems } = await open(service.url, { width, height, dark });
     await signIn(page, site.keys.secret);
     await figuresOnScreen(page);
     await page.locator('#chart canvas').waitFor({ timeout: WAIT_MS });
-    await page.locator('#live .value').waitFor({ timeout: WAIT_MS }).catch(() => undefined); // realtime, where the service has it
+    if (realtime) await page.locator('#live .value').waitFor({ timeout: WAIT_MS });
     await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     assert.equal(overflow, 0, `${name}: no horizontal scrolling`);

@@ -61,15 +61,26 @@ function start(): void {
     if (!key) return signInError('Enter an API key.');
     void signIn(key);
   });
-  const fragmentKey = new URLSearchParams(location.hash.slice(1)).get('key');
-  if (fragmentKey) {
-    // A share link: take the key, then drop it from the address bar and history at once.
-    history.replaceState(history.state, '', location.pathname + location.search);
-    sessionStorage.setItem(STORE_KEY, fragmentKey);
-  }
+  takeFragmentKey();
+  // A share link pasted into a tab that already shows the dashboard changes only the fragment.
+  addEventListener('hashchange', () => {
+    if (takeFragmentKey()) {
+      stopTimers();
+      void signIn(sessionStorage.getItem(STORE_KEY)!);
+    }
+  });
   const key = sessionStorage.getItem(STORE_KEY);
   if (key) void signIn(key);
   else byId('key').focus();
+}
+
+/** A share link (#key=…): keep the key in sessionStorage, then drop it from the address bar and history at once. */
+function takeFragmentKey(): boolean {
+  const key = new URLSearchParams(location.hash.slice(1)).get('key');
+  if (!key) return false;
+  history.replaceState(history.state, '', location.pathname + location.search);
+  sessionStorage.setItem(STORE_KEY, key);
+  return true;
 }
 
 function signInError(message: string): void {
