@@ -133,7 +133,8 @@ export function cards(m: Metrics): HTMLElement[] {
       ...maybe('browsers', 'Browsers', 'Sessions'),
       ...maybe('operatingSystems', 'Systems', 'Sessions'),
     ]),
-    card('Events', maybe('events', 'Events', 'Count')),
+    // Page views are the tiles and the chart; here they would only dwarf the events a site owner set up.
+    card('Events', [{ field: 'events', label: 'Events', column: 'Count', rows: entries(m.events).filter(([name]) => name !== 'page_view') }]),
   ];
   if (m.revenue && Object.keys(m.revenue).length > 0) {
     const revenue = m.revenue;
@@ -186,7 +187,7 @@ function card(title: string, tabs: Tab[]): HTMLElement | null {
 }
 
 function table(t: Tab): HTMLElement {
-  if (t.rows.length === 0) return h('p', { class: 'empty', 'data-table': t.field }, 'Nothing in this range.');
+  if (t.rows.length === 0) return h('p', { class: 'empty', 'data-table': t.field }, t.field === 'events' ? 'No custom events in this range.' : 'Nothing in this range.');
   const total = t.rows.reduce((s, [, n]) => s + n, 0);
   const max = t.rows[0]![1];
   const body = h('tbody');
@@ -242,7 +243,8 @@ export function dailyTable(m: Metrics): HTMLElement {
 
 export function recent(m: Metrics, now: number): HTMLElement {
   const heading = uid('h');
-  const rows = m.recentEvents.slice(0, RECENT_ROWS);
+  // Newest first by event time (the service lists them in the order they arrived).
+  const rows = [...m.recentEvents].sort((a, b) => b.ts - a.ts).slice(0, RECENT_ROWS);
   const body =
     rows.length === 0
       ? h('p', { class: 'empty' }, 'No events in this range.')
