@@ -3,8 +3,8 @@ import 'uplot/dist/uPlot.min.css';
 import { type Answer, describe, get, listProjects, type Metrics, type Project, type Realtime, type Refusal } from './api.ts';
 import { destroyChart, drawChart } from './chart.ts';
 import { byId, h } from './dom.ts';
-import { rangeLabel } from './format.ts';
-import { checkCustom, DEFAULT_PRESET, isPreset, type Preset, PRESETS, type Range, rangeOf, todayIn } from './ranges.ts';
+import { day, rangeLabel } from './format.ts';
+import { addDays, checkCustom, DEFAULT_PRESET, isPreset, type Preset, PRESETS, type Range, rangeOf, todayIn } from './ranges.ts';
 import { cards, dailyTable, fillLive, liveTile, recent, tiles } from './view.ts';
 
 /**
@@ -20,6 +20,8 @@ const REALTIME_POLL_MS = 15_000;
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */
 const RETRY_FIRST_MS = 3_000;
 const RETRY_MAX_MS = 60_000;
+/** For a one-day range the chart shows this many days ending on it (per-hour figures are not kept). */
+const TREND_DAYS = 14;
 
 interface SignedIn {
   key: string;
@@ -275,13 +277,20 @@ async function load(projectChanged = false): Promise<void> {
   if (seq !== loadSeq || session !== s) return;
   document.getElementById('main')?.removeAttribute('aria-busy');
   if (!r.ok) return refused(r, again);
+  // One day has a single daily figure: the chart shows the two weeks that end on it instead, for context.
+  let trend: Metrics | undefined;
+  if (range.from === range.to) {
+    const t = await metrics(s, { from: addDays(range.to, -(TREND_DAYS - 1)), to: range.to });
+    if (seq !== loadSeq || session !== s) return;
+    if (t.ok) trend = t.value;
+  }
   clearProblem();
-  render(r.value, today);
+  render(r.value, today, trend);
   byId('loading').textContent = `Showing ${rangeLabel(r.value.from, r.value.to)}.`;
   if (projectChanged) startLive();
 }
 
-function render(m: Metrics, today: string): void {
+function render(m: Metrics, today: string, trend?: Metrics): void {
   const from = document.getElementById('from') as HTMLInputElement | null;
   const to = document.getElementById('to') as HTMLInputElement | null;
   if (from && to) {
@@ -298,6 +307,9 @@ function render(m: Metrics, today: string): void {
   const live = document.getElementById('live') ?? liveTile();
   const chart = h('div', { class: 'chart', id: 'chart', role: 'img' });
   const noData = m.pageviews === 0 && Object.keys(m.events).length === 0;
+  const plotted = trend ?? m;
+  const flat = plotted.daily.every((d) => d.pageviews === 0 && d.users === 0);
+  const chartTitle = trend ? `Page views and visitors per day, the ${TREND_DAYS} days to ${day(m.to, true)}` : 'Page views and visitors per day';
   const main = byId('main');
   destroyChart();
   main.replaceChildren(
@@ -305,16 +317,16 @@ function render(m: Metrics, today: string): void {
     h(
       'section',
       { class: 'card chart-card', 'aria-labelledby': 'chart-h' },
-      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, 'Page views and visitors per day')),
-      noData ? h('p', { class: 'empty' }, 'No page views in this range yet.') : chart,
-      noData ? null : dailyTable(m),
+      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, chartTitle)),
+      flat ? h('p', { class: 'empty' }, 'No page views in this range yet.') : chart,
+      flat ? null : dailyTable(plotted),
     ),
     h('div', { class: 'grid' }, ...cards(m)),
     recent(m, Date.now()),
   );
   if (noData) main.insertBefore(setupHint(m), main.children[2]!);
-  if (!noData) drawChart(chart, m);
-  shown = m;
+  if (!flat) drawChart(chart, plotted);
+  shown = plotted;
 }
 
 /** The last answer drawn, so the chart can be redrawn in the other colour scheme. */

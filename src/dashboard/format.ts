@@ -77,6 +77,15 @@ export function pathOf(url: string): string {
   }
 }
 
+/** A referrer as a reader recognises it: the host without www., or the text as given (a source name). */
+export function hostOf(referrer: string): string {
+  try {
+    return new URL(referrer).hostname.replace(/^www\./, '');
+  } catch {
+    return referrer;
+  }
+}
+
 export function capitalize(s: string): string {
   return s.charAt(0).toUpperCase() + s.slice(1);
 }

@@ -1,6 +1,6 @@
 import type { Breakdown, Metrics, Realtime } from './api.ts';
 import { type Child, h, uid } from './dom.ts';
-import { ago, capitalize, count, country, day, money, pathOf, share, timeIn } from './format.ts';
+import { ago, capitalize, count, country, day, hostOf, money, pathOf, share, timeIn } from './format.ts';
 
 /** Builds the figures' DOM from a GET /metrics answer. Every figure is text, so it can be read, copied and tested. */
 
@@ -254,7 +254,7 @@ export function recent(m: Metrics, now: number): HTMLElement {
           h(
             'table',
             { class: 'recent', 'data-table': 'recentEvents' },
-            h('thead', {}, h('tr', {}, ...['When', 'Event', 'Page', 'Source', 'Country', 'Device'].map((c) => h('th', { scope: 'col' }, c)))),
+            h('thead', {}, h('tr', {}, ...['When', 'Event', 'Page', 'Referrer', 'Country', 'Device'].map((c) => h('th', { scope: 'col' }, c)))),
             h(
               'tbody',
               {},
@@ -265,7 +265,7 @@ export function recent(m: Metrics, now: number): HTMLElement {
                   h('td', { title: timeIn(e.ts, m.timezone) }, ago(e.ts, now)),
                   h('td', {}, e.event),
                   h('td', { class: 'path', title: e.url }, pathOf(e.url)),
-                  h('td', {}, e.source ?? (e.referrer || 'Direct')),
+                  h('td', { title: e.referrer }, e.referrer ? hostOf(e.referrer) : '—'),
                   h('td', { title: e.country }, country(e.country)),
                   h('td', {}, capitalize(e.device)),
                 ),
