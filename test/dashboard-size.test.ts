@@ -33,6 +33,9 @@ test('GET /dashboard is an HTML page whose every asset is served under /dashboar
       assert.match(res.headers.get('cache-control') ?? '', /immutable/);
       assert.deepEqual(Buffer.from(await res.arrayBuffer()), built.get(url.pathname.slice('/dashboard/'.length))!.body, 'fetch unpacks the gzip to the built file');
     }
+    const tagged = await fetch(`${service.url}/dashboard?utm_source=newsletter`);
+    assert.equal(tagged.status, 200, '/dashboard takes any query (it is no JSON endpoint)');
+    await tagged.arrayBuffer();
     const unknown = await fetch(`${service.url}/dashboard/app.0000000000000000.js`);
     assert.equal(unknown.status, 404);
     assert.equal((await unknown.json()).error.code, 'not_found');
