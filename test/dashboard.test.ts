@@ -91,16 +91,21 @@ function day(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
 }
 
-/** Tiles and tables on the page, as text. */
-async function shown(page: Page): Promise<{ tiles: Record<string, string>; tables: Record<string, Array<[string, string]>> }> {
+/** Tiles (value and, with a comparison, the change's arrow and previous figure) and tables on the page, as text. */
+async function shown(page: Page): Promise<{ tiles: Record<string, string>; changes: Record<string, [string, string]>; tables: Record<string, Array<[string, string]>> }> {
   return page.evaluate(() => {
     const tiles: Record<string, string> = {};
-    document.querySelectorAll<HTMLElement>('.tile[data-metric]').forEach((t) => (tiles[t.dataset['metric']!] = t.querySelector('.value')!.textContent!));
+    const changes: Record<string, [string, string]> = {};
+    document.querySelectorAll<HTMLElement>('.tile[data-metric]').forEach((t) => {
+      tiles[t.dataset['metric']!] = t.querySelector('.value')!.textContent!;
+      const change = t.querySelector<HTMLElement>('.change');
+      if (change) changes[t.dataset['metric']!] = [change.textContent!.charAt(0), change.title];
+    });
     const tables: Record<string, Array<[string, string]>> = {};
     document.querySelectorAll<HTMLElement>('table.bars[data-table]').forEach((t) => {
       tables[t.dataset['table']!] = [...t.querySelectorAll<HTMLElement>('tbody tr')].map((r) => [r.dataset['key']!, r.querySelector('td')!.textContent!]);
     });
-    return { tiles, tables };
+    return { tiles, changes, tables };
   });
 }
 
@@ -110,14 +115,26 @@ async function figuresOnScreen(page: Page): Promise<void> {
 
 /** The page's tiles and tables are exactly `m`, numbers formatted in the page's locale (one round trip). */
 async function assertShows(page: Page, m: MetricsResponse & Record<string, any>): Promise<void> {
-  const { tiles, tables } = await shown(page);
+  const { tiles, changes, tables } = await shown(page);
   const fields = ['pages', 'trafficSources', 'countries', 'devices', 'events', 'entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns'].filter((f) => m[f] !== undefined);
   // The events card leaves out page_view (the tiles and the chart show page views).
   const rows = (f: string): Array<[string, number]> => Object.entries(m[f] as Record<string, number>).filter(([k]) => f !== 'events' || k !== 'page_view');
-  const numbers = [m.users, m.sessions, m.pageviews, ...fields.flatMap((f) => rows(f).map(([, n]) => n))];
+  const c = m['compare'] as { users: number; sessions: number; pageviews: number; bounceRate: string } | undefined;
+  const numbers = [m.users, m.sessions, m.pageviews, c?.users ?? 0, c?.sessions ?? 0, c?.pageviews ?? 0, ...fields.flatMap((f) => rows(f).map(([, n]) => n))];
   const text = await page.evaluate((xs) => xs.map((x) => new Intl.NumberFormat(navigator.language).format(x)), numbers);
   assert.deepEqual(tiles, { users: text[0], sessions: text[1], pageviews: text[2], bounceRate: m.bounceRate });
-  let i = 3;
+  if (c) {
+    // The change against the previous period: its direction, and the previous figure itself.
+    const arrow = (now: number, before: number) => (now > before ? '▲' : now < before ? '▼' : '●');
+    const rate = (r: string) => parseFloat(r);
+    assert.deepEqual(changes, {
+      users: [arrow(m.users, c.users), `Previous period: ${text[3]}`],
+      sessions: [arrow(m.sessions, c.sessions), `Previous period: ${text[4]}`],
+      pageviews: [arrow(m.pageviews, c.pageviews), `Previous period: ${text[5]}`],
+      bounceRate: [arrow(rate(m.bounceRate), rate(c.bounceRate)), `Previous period: ${c.bounceRate}`],
+    });
+  } else assert.deepEqual(changes, {});
+  let i = 6;
   for (const field of fields) {
     const expected = rows(field).map(([k]) => [k, text[i++]]);
     assert.deepEqual(tables[field] ?? [], expected, `table ${field}`);

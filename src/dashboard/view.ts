@@ -60,9 +60,9 @@ function change(t: TileSpec, now: number | string, before: number | string): HTM
     text = a > 0 ? 'new' : '0%';
     spoken = a > 0 ? 'none in the previous period' : 'none in either period';
   } else {
-    const pct = Math.round(((a - b) / b) * 100);
-    direction = pct > 0 ? 'up' : pct < 0 ? 'down' : 'flat';
-    text = `${Math.abs(pct).toLocaleString()}%`;
+    const pct = Math.abs(Math.round(((a - b) / b) * 100));
+    direction = a > b ? 'up' : a < b ? 'down' : 'flat';
+    text = pct === 0 && a !== b ? '<1%' : `${pct.toLocaleString()}%`;
     spoken = `${direction === 'flat' ? 'unchanged' : `${direction} ${text}`} on the previous period (${previous})`;
   }
   const good = direction === 'flat' ? 'flat' : (direction === 'up') !== Boolean(t.lowerIsBetter) ? 'good' : 'bad';
