@@ -49,14 +49,23 @@ export interface Refusal {
 /** Never send more than this many pages of GET /projects (100 each by default): a picker of 10,000 is plenty. */
 const MAX_PROJECT_PAGES = 100;
 
-export async function get<T>(path: string, key: string, params: Record<string, string | undefined> = {}): Promise<Answer<T>> {
+export function get<T>(path: string, key: string, params: Record<string, string | undefined> = {}): Promise<Answer<T>> {
   const query = new URLSearchParams();
   for (const [name, value] of Object.entries(params)) if (value !== undefined) query.set(name, value);
   const qs = query.toString();
+  return request<T>(qs ? `${path}?${qs}` : path, key);
+}
+
+export function post<T>(path: string, key: string, body: unknown): Promise<Answer<T>> {
+  return request<T>(path, key, { method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } });
+}
+
+async function request<T>(url: string, key: string, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<Answer<T>> {
   let res: Response;
   try {
-    res = await fetch(qs ? `${path}?${qs}` : path, {
-      headers: { Authorization: `Bearer ${key}` },
+    res = await fetch(url, {
+      ...init,
+      headers: { ...init.headers, Authorization: `Bearer ${key}` },
       credentials: 'omit',
       cache: 'no-store',
       referrerPolicy: 'no-referrer',

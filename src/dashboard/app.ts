@@ -3,6 +3,7 @@ import 'uplot/dist/uPlot.min.css';
 import { type Answer, describe, get, listProjects, type Metrics, type Project, type Realtime, type Refusal } from './api.ts';
 import { destroyChart, drawChart } from './chart.ts';
 import { byId, h } from './dom.ts';
+import { sharePanel } from './share.ts';
 import { day, rangeLabel } from './format.ts';
 import { addDays, checkCustom, DEFAULT_PRESET, isPreset, type Preset, PRESETS, type Range, rangeOf, todayIn } from './ranges.ts';
 import { cards, dailyTable, fillLive, liveTile, recent, tiles } from './view.ts';
@@ -161,6 +162,8 @@ function showDashboard(): void {
       s.projectId = p?.id;
       s.timezone = p?.timezone;
       sessionStorage.setItem(STORE_PROJECT, select.value);
+      document.getElementById('share')?.remove();
+      document.getElementById('share-toggle')?.setAttribute('aria-expanded', 'false');
       byId('title').textContent = p?.name ?? 'Analytics';
       void load(true);
     });
@@ -191,6 +194,16 @@ function showDashboard(): void {
     void load();
   });
   controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Date range'), rangeSelect), custom);
+  if (s.projectId !== undefined) {
+    // Admin and secret keys may create read-only keys to share; a read-only key may not.
+    const toggle = h('button', { type: 'button', class: 'quiet', id: 'share-toggle', 'aria-expanded': 'false', 'aria-controls': 'share' }, 'Share');
+    toggle.addEventListener('click', () => {
+      const panel = document.getElementById('share') ?? byId('main').parentElement!.insertBefore(sharePanel(s.key, s.projectId!), byId('problem'));
+      panel.hidden = !panel.hidden;
+      toggle.setAttribute('aria-expanded', String(!panel.hidden));
+    });
+    controls.append(toggle);
+  }
   controls.append(h('button', { type: 'button', class: 'quiet', id: 'signout', onclick: () => showSignIn() }, 'Sign out'));
 
   const dash = h(
