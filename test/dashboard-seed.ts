@@ -130,19 +130,20 @@ export async function seedTraffic(url: string, secretKey: string, clock: Clock, 
     const spike = d === 9 ? 2.4 : d === 8 ? 1.5 : 1;
     const visits = Math.round(trend * rhythm * spike * (0.85 + random() * 0.3));
     const batches = new Map<Ua, Event[]>();
-    const cutoff = d === 0 ? now - 20 * 60_000 : dayStart + DAY_MS - 60_000;
+    // Today's visits so far arrive before the last half hour, which the live visits below fill minute by minute.
+    const cutoff = d === 0 ? now - 50 * 60_000 : dayStart + DAY_MS - 60_000;
     for (let i = 0; i < (d === 0 ? Math.round((visits * (now - dayStart)) / DAY_MS) : visits); i++) {
       const start = Math.min(cutoff - 10 * 60_000, dayStart + pick(HOURS) * 3_600_000 + Math.floor(random() * 3_600_000));
       visit(batches, start, `d${d}`, cutoff);
     }
-    clock.set(Math.min(now - 15 * 60_000, dayStart + DAY_MS - 1));
+    clock.set(Math.min(now - 45 * 60_000, dayStart + DAY_MS - 1));
     await send(batches);
   }
   // Right now: a handful of visits received in the last minutes (realtime counts receive time).
-  for (let m = 25; m >= 0; m -= 1) {
+  for (let m = 29; m >= 0; m -= 1) {
     clock.set(now - m * 60_000);
     const batches = new Map<Ua, Event[]>();
-    const visits = m < 5 ? 2 : random() < 0.5 ? 1 : 0;
+    const visits = m < 5 || random() < 0.5 ? 1 : 0;
     for (let i = 0; i < visits; i++) visit(batches, now - m * 60_000 - 30_000, `live${m}`, now - m * 60_000);
     await send(batches);
   }

@@ -7,8 +7,11 @@ import type { MetricsResponse } from '../core/types.ts';
 
 export type Breakdown = Record<string, number>;
 
-/** GET /metrics, with the insight figures optional so the page also works against a service without them. */
-export interface Metrics extends MetricsResponse {
+/** The insight figures, optional here so the page also works against a service without them. */
+type Insights = 'compare' | 'entryPages' | 'browsers' | 'operatingSystems' | 'utmMediums' | 'utmCampaigns' | 'revenue' | 'props';
+
+/** GET /metrics as the page reads it. */
+export interface Metrics extends Omit<MetricsResponse, Insights> {
   compare?: { from: string; to: string; users: number; sessions: number; pageviews: number; bounceRate: string; daily: MetricsResponse['daily'] };
   entryPages?: Breakdown;
   browsers?: Breakdown;

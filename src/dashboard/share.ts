@@ -44,7 +44,7 @@ export function sharePanel(key: string, projectId: string): HTMLElement {
   });
   return h(
     'section',
-    { class: 'card share', id: 'share', 'aria-labelledby': 'share-h', hidden: true },
+    { class: 'card share-panel', id: 'share', 'aria-labelledby': 'share-h', hidden: true },
     h('h2', { id: 'share-h' }, 'Share these figures'),
     h('p', { class: 'hint' }, 'Anyone with the link sees this project\'s figures and nothing else. The key rides in the part of the link after #, which browsers never send to a server.'),
     create,
