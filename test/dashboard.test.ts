@@ -258,6 +258,37 @@ test('a share link signs in from the fragment and removes it; the key is never i
   await context.close();
 });
 
+test('Share turns a secret key into a read-only rk_ link, which signs in without listing projects and shows the same figures', async (t) => {
+  const probe = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret });
+  if (probe.status === 404) return t.skip('this service does not issue read-only keys yet');
+  const owner = await open();
+  await signIn(owner.page, site.keys.secret);
+  await figuresOnScreen(owner.page);
+  await owner.page.getByRole('button', { name: 'Share' }).click();
+  await owner.page.getByRole('button', { name: 'Create read-only link' }).click();
+  const link = await owner.page.getByLabel('Read-only link').inputValue();
+  assert.match(link, new RegExp(`^${service.url}/dashboard#key=rk_[A-Za-z0-9_-]{20,}$`));
+  const rk = link.split('#key=')[1]!;
+  assert.deepEqual(owner.problems, []);
+  await owner.context.close();
+
+  const { page, context, requests, problems } = await open(service.url, { path: `/dashboard#key=${rk}` });
+  await figuresOnScreen(page);
+  assert.equal(await page.evaluate(() => location.hash), '');
+  const asked = await lastMetrics(requests);
+  await assertShows(page, await metrics(rk, asked.searchParams.toString()));
+  assert.deepEqual(requests.filter((r) => new URL(r.url()).pathname.startsWith('/projects')), [], 'a read-only key lists no projects');
+  assert.equal(await page.getByRole('button', { name: 'Share' }).count(), 0, 'a read-only key cannot share further');
+  assert.match(await page.locator('#title').innerText(), new RegExp(site.project.id));
+  for (const r of requests) assert.ok(!r.url().includes(rk));
+  // The same key typed into the form works too.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await signIn(page, rk);
+  await figuresOnScreen(page);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test('a wrong key says "invalid key", a publishable key says "not allowed", and the page never goes blank', async () => {
   const { page, context, problems } = await open();
   await signIn(page, 'sk_thisKeyDoesNotExist0000000000000');
