@@ -289,6 +289,44 @@ test('Share turns a secret key into a read-only rk_ link, which signs in without
   await context.close();
 });
 
+test('visitors right now equal GET /metrics/realtime and refresh while the page is open; tabs switch with the arrow keys', async (t) => {
+  const live = await api(service.url, '/metrics/realtime', { key: site.keys.secret });
+  if (live.status === 404) return t.skip('this service has no realtime figures yet');
+  const { page, context, problems } = await open();
+  await signIn(page, site.keys.secret);
+  await figuresOnScreen(page);
+  const tile = page.locator('#live .value');
+  await tile.waitFor({ timeout: WAIT_MS });
+  const fmt = (n: number) => page.evaluate((x) => new Intl.NumberFormat(navigator.language).format(x), n);
+  const before = (await api(service.url, '/metrics/realtime', { key: site.keys.secret })).body.visitors as number;
+  assert.equal(await tile.innerText(), await fmt(before));
+  // Three new visitors arrive; the tile catches up on its own (here: when the tab becomes visible again).
+  const sent = await api(service.url, '/analytics', {
+    key: site.keys.secret,
+    body: ['rt1', 'rt2', 'rt3'].map((sessionId) => ({ event: 'page_view', url: 'https://acme.example/pricing', sessionId })),
+  });
+  assert.equal(sent.status, 200);
+  const after = (await api(service.url, '/metrics/realtime', { key: site.keys.secret })).body.visitors as number;
+  assert.equal(after, before + 3);
+  await page.evaluate(() => document.dispatchEvent(new Event('visibilitychange')));
+  await page.locator('#live .value', { hasText: await fmt(after) }).waitFor({ timeout: WAIT_MS });
+
+  // Tabs: focus the selected one, then arrows move the selection and show its panel.
+  const tabs = page.getByRole('tablist', { name: 'Devices by' }).getByRole('tab');
+  await tabs.first().focus();
+  await page.keyboard.press('ArrowRight');
+  assert.equal(await tabs.nth(1).getAttribute('aria-selected'), 'true');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Browsers');
+  assert.equal(await page.locator('table[data-table=browsers]').isVisible(), true);
+  assert.equal(await page.locator('table[data-table=devices]').isVisible(), false);
+  await page.keyboard.press('End');
+  assert.equal(await page.locator('table[data-table=operatingSystems]').isVisible(), true);
+  await page.keyboard.press('ArrowRight'); // wraps around
+  assert.equal(await page.locator('table[data-table=devices]').isVisible(), true);
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
 test('a wrong key says "invalid key", a publishable key says "not allowed", and the page never goes blank', async () => {
   const { page, context, problems } = await open();
   await signIn(page, 'sk_thisKeyDoesNotExist0000000000000');
