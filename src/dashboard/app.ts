@@ -298,6 +298,7 @@ async function load(projectChanged = false): Promise<void> {
     if (t.ok) trend = t.value;
   }
   clearProblem();
+  if (projectChanged) document.getElementById('live')?.remove(); // another project's visitors must not linger
   render(r.value, today, trend);
   byId('loading').textContent = `Showing ${rangeLabel(r.value.from, r.value.to)}.`;
   if (projectChanged) startLive();
