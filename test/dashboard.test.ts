@@ -99,7 +99,7 @@ async function shown(page: Page): Promise<{ tiles: Record<string, string>; chang
     document.querySelectorAll<HTMLElement>('.tile[data-metric]').forEach((t) => {
       tiles[t.dataset['metric']!] = t.querySelector('.value')!.textContent!;
       const change = t.querySelector<HTMLElement>('.change');
-      if (change) changes[t.dataset['metric']!] = [change.textContent!.charAt(0), change.title];
+      if (change) changes[t.dataset['metric']!] = [change.textContent!.charAt(0), change.title.split(': ')[1]!];
     });
     const tables: Record<string, Array<[string, string]>> = {};
     document.querySelectorAll<HTMLElement>('table.bars[data-table]').forEach((t) => {
@@ -128,10 +128,10 @@ async function assertShows(page: Page, m: MetricsResponse & Record<string, any>)
     const arrow = (now: number, before: number) => (now > before ? '▲' : now < before ? '▼' : '●');
     const rate = (r: string) => parseFloat(r);
     assert.deepEqual(changes, {
-      users: [arrow(m.users, c.users), `Previous period: ${text[3]}`],
-      sessions: [arrow(m.sessions, c.sessions), `Previous period: ${text[4]}`],
-      pageviews: [arrow(m.pageviews, c.pageviews), `Previous period: ${text[5]}`],
-      bounceRate: [arrow(rate(m.bounceRate), rate(c.bounceRate)), `Previous period: ${c.bounceRate}`],
+      users: [arrow(m.users, c.users), text[3]],
+      sessions: [arrow(m.sessions, c.sessions), text[4]],
+      pageviews: [arrow(m.pageviews, c.pageviews), text[5]],
+      bounceRate: [arrow(rate(m.bounceRate), rate(c.bounceRate)), c.bounceRate],
     });
   } else assert.deepEqual(changes, {});
   let i = 6;
@@ -207,6 +207,22 @@ test('changing the range (by keyboard) refetches, and a custom range shows exact
   const m = await metrics(site.keys.secret, asked.searchParams.toString());
   await assertShows(page, m);
   assert.equal(await page.locator('table[data-table=daily] tbody tr').count(), 5, 'one row per day');
+
+  // Where the service compares periods: a year earlier, then no comparison at all.
+  if ((await api(service.url, '/metrics?compare=previous', { key: site.keys.secret })).status === 200) {
+    assert.equal(asked.searchParams.get('compare'), 'previous', 'the default comparison');
+    for (const mode of ['year', 'off']) {
+      const count = requests.length;
+      await page.getByLabel('Compare with').selectOption(mode);
+      await waitFor(() => requests.slice(count).some((r) => r.url().includes('from=2026-11-01')), `the request without compare=${mode}`);
+      await page.locator('#loading', { hasText: 'Showing' }).waitFor({ timeout: WAIT_MS });
+      asked = await lastMetrics(requests);
+      assert.equal(asked.searchParams.get('compare'), mode === 'off' ? null : mode);
+      await assertShows(page, await metrics(site.keys.secret, asked.searchParams.toString()));
+    }
+    assert.match(await page.locator('#context').innerText(), /^[^·]+ · times in UTC$/, 'no comparison named');
+    await page.getByLabel('Compare with').selectOption('previous');
+  } else assert.equal(await page.getByLabel('Compare with').count(), 0, 'no comparison offered by a service without it');
 
   // Every preset asks for the range it names, in the project's days.
   const presets: Record<string, [string, string]> = {

@@ -16,6 +16,12 @@ import { cards, dailyTable, fillLive, liveTile, recent, tiles } from './view.ts'
 const STORE_KEY = 'analytics.key';
 const STORE_PROJECT = 'analytics.project';
 const STORE_RANGE = 'analytics.range';
+const STORE_COMPARE = 'analytics.compare';
+const COMPARE_OPTIONS: ReadonlyArray<readonly [string, string]> = [
+  ['previous', 'vs previous period'],
+  ['year', 'vs a year earlier'],
+  ['off', 'No comparison'],
+];
 /** Visitors right now are re-read this often while the page is visible. */
 const REALTIME_POLL_MS = 15_000;
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */
@@ -194,6 +200,15 @@ function showDashboard(): void {
     void load();
   });
   controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Date range'), rangeSelect), custom);
+  if (compareSupported) {
+    const chosen = compareMode();
+    const compare = h('select', { id: 'compare', 'aria-label': 'Compare with' }, ...COMPARE_OPTIONS.map(([v, label]) => h('option', { value: v, selected: v === chosen }, label)));
+    compare.addEventListener('change', () => {
+      sessionStorage.setItem(STORE_COMPARE, compare.value);
+      void load();
+    });
+    controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Compare with'), compare));
+  }
   if (s.projectId !== undefined) {
     // Admin and secret keys may create read-only keys to share; a read-only key may not.
     const toggle = h('button', { type: 'button', class: 'quiet', id: 'share-toggle', 'aria-expanded': 'false', 'aria-controls': 'share' }, 'Share');
@@ -253,12 +268,19 @@ function refused(r: Refusal, again: () => void): void {
 
 // ------------------------------------------------------------------ loading figures
 
+function compareMode(): string {
+  const v = sessionStorage.getItem(STORE_COMPARE);
+  return COMPARE_OPTIONS.some(([o]) => o === v) ? v! : 'previous';
+}
+
 async function metrics(s: SignedIn, params: Record<string, string | undefined>): Promise<Answer<Metrics>> {
   const projectId = s.admin ? s.projectId : undefined;
-  const withCompare = compareSupported && params['from'] !== undefined;
-  const r = await get<Metrics>('metrics', s.key, { ...params, projectId, compare: withCompare ? 'previous' : undefined });
+  const mode = compareMode();
+  const withCompare = compareSupported && params['from'] !== undefined && mode !== 'off';
+  const r = await get<Metrics>('metrics', s.key, { ...params, projectId, compare: withCompare ? mode : undefined });
   if (!r.ok && withCompare && r.status === 400 && /compare/i.test(r.message)) {
     compareSupported = false;
+    document.getElementById('compare')?.parentElement?.remove();
     return metrics(s, params);
   }
   return r;

@@ -3,6 +3,7 @@ import type { Metrics } from './api.ts';
 import { h } from './dom.ts';
 import { count, day, rangeLabel } from './format.ts';
 import { parseDay } from './ranges.ts';
+import { comparedWith } from './view.ts';
 
 /**
  * The time chart: page views (filled) and visitors per day, with the previous period's page views dashed behind
@@ -26,7 +27,7 @@ function cssVar(name: string): string {
  * The series are page views, visitors and (with a comparison) the previous period's page views.
  */
 function legend(m: Metrics, colors: string[]): { el: HTMLElement; show(i: number | null | undefined): void } {
-  const labels = ['Page views', 'Visitors', 'Previous period'];
+  const labels = ['Page views', 'Visitors', comparedWith(m)];
   const values = labels.map(() => h('b'));
   const when = h('span', { class: 'when' });
   const items = labels.slice(0, m.compare ? 3 : 2).map((label, i) => {
@@ -88,7 +89,7 @@ export function drawChart(host: HTMLElement, m: Metrics): void {
       {},
       { label: 'Page views', stroke: accent, width: 2, fill: `${accent}22`, points: { show: days.length <= 2 } },
       { label: 'Visitors', stroke: second, width: 2, points: { show: days.length <= 2 } },
-      ...(previous ? [{ label: 'Previous period', stroke: muted, width: 1.5, dash: [5, 4], points: { show: false } }] : []),
+      ...(previous ? [{ label: comparedWith(m), stroke: muted, width: 1.5, dash: [5, 4], points: { show: false } }] : []),
     ],
     axes: [
       { ...axis, values: (_u, splits) => splits.map((s) => day(new Date(s * 1000).toISOString().slice(0, 10))) },

@@ -1,5 +1,6 @@
 import type { Breakdown, Metrics, Realtime } from './api.ts';
 import { type Child, h, uid } from './dom.ts';
+import { daysBetween } from './ranges.ts';
 import { ago, capitalize, count, country, day, hostOf, money, pathOf, share, timeIn } from './format.ts';
 
 /** Builds the figures' DOM from a GET /metrics answer. Every figure is text, so it can be read, copied and tested. */
@@ -38,11 +39,16 @@ function tile(t: TileSpec, m: Metrics): HTMLElement {
     { class: 'tile', 'data-metric': t.metric },
     h('span', { class: 'label' }, t.label),
     h('span', { class: 'value' }, text),
-    m.compare ? change(t, now, m.compare[t.metric]) : null,
+    m.compare ? change(t, now, m.compare[t.metric], comparedWith(m)) : null,
   );
 }
 
-function change(t: TileSpec, now: number | string, before: number | string): HTMLElement {
+/** What the comparison range is, in words: the period just before, or the same days a year earlier. */
+export function comparedWith(m: Metrics): string {
+  return m.compare && m.compare.to < m.from && daysBetween(m.compare.to, m.from) === 2 ? 'Previous period' : 'A year earlier';
+}
+
+function change(t: TileSpec, now: number | string, before: number | string, against: string): HTMLElement {
   const isRate = t.metric === 'bounceRate';
   const a = isRate ? parseFloat(String(now)) : (now as number);
   const b = isRate ? parseFloat(String(before)) : (before as number);
@@ -54,22 +60,22 @@ function change(t: TileSpec, now: number | string, before: number | string): HTM
     const diff = Math.round((a - b) * 10) / 10;
     direction = diff > 0 ? 'up' : diff < 0 ? 'down' : 'flat';
     text = `${Math.abs(diff).toLocaleString(undefined, { maximumFractionDigits: 1 })} pt`;
-    spoken = `${direction === 'flat' ? 'unchanged' : `${direction} ${text.replace('pt', 'points')}`} on the previous period (${previous})`;
+    spoken = `${direction === 'flat' ? 'unchanged' : `${direction} ${text.replace('pt', 'points')}`} against ${against.toLowerCase()} (${previous})`;
   } else if (b === 0) {
     direction = a > 0 ? 'up' : 'flat';
     text = a > 0 ? 'new' : '0%';
-    spoken = a > 0 ? 'none in the previous period' : 'none in either period';
+    spoken = a > 0 ? `none in ${against.toLowerCase()}` : 'none in either period';
   } else {
     const pct = Math.abs(Math.round(((a - b) / b) * 100));
     direction = a > b ? 'up' : a < b ? 'down' : 'flat';
     text = pct === 0 && a !== b ? '<1%' : `${pct.toLocaleString()}%`;
-    spoken = `${direction === 'flat' ? 'unchanged' : `${direction} ${text}`} on the previous period (${previous})`;
+    spoken = `${direction === 'flat' ? 'unchanged' : `${direction} ${text}`} against ${against.toLowerCase()} (${previous})`;
   }
   const good = direction === 'flat' ? 'flat' : (direction === 'up') !== Boolean(t.lowerIsBetter) ? 'good' : 'bad';
   const arrow = direction === 'up' ? '▲' : direction === 'down' ? '▼' : '●';
   return h(
     'span',
-    { class: `change ${good}`, title: `Previous period: ${previous}` },
+    { class: `change ${good}`, title: `${against}: ${previous}` },
     h('span', { 'aria-hidden': 'true' }, `${arrow} ${text}`),
     h('span', { class: 'sr-only' }, spoken),
   );
