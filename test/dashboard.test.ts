@@ -141,6 +141,26 @@ async function assertShows(page: Page, m: MetricsResponse & Record<string, any>)
   }
 }
 
+// First, while the data is exactly the seed: later tests add events.
+test('screenshots at 1280×800 and 390×844 are written to docs/, and nothing overflows a phone screen', async () => {
+  mkdirSync(DOCS, { recursive: true });
+  const realtime = (await api(service.url, '/metrics/realtime', { key: site.keys.secret })).status === 200;
+  for (const [name, width, height, dark] of [['dashboard.png', 1280, 800, false], ['dashboard-mobile.png', 390, 844, false], ['dashboard-dark.png', 1280, 800, true]] as const) {
+    const { page, context, problems } = await open(service.url, { width, height, dark });
+    await signIn(page, site.keys.secret);
+    await figuresOnScreen(page);
+    await page.locator('#chart canvas').waitFor({ timeout: WAIT_MS });
+    if (realtime) await page.locator('#live .value').waitFor({ timeout: WAIT_MS });
+    await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    assert.equal(overflow, 0, `${name}: no horizontal scrolling`);
+    await page.screenshot({ path: new URL(name, DOCS).pathname });
+    if (process.env['FULLPAGE']) await page.screenshot({ path: `/tmp/full-${name}`, fullPage: true });
+    assert.deepEqual(problems, []);
+    await context.close();
+  }
+});
+
 test('signing in with a secret key shows the last 30 days exactly as GET /metrics answers them, in the browser locale', async () => {
   const { page, context, requests, problems } = await open(service.url, { locale: 'de-DE' });
   await signIn(page, site.keys.secret);
@@ -403,22 +423,3 @@ async function readKey(): Promise<string> {
   const res = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret, body: { type: 'read' } });
   return res.status === 200 && typeof res.body?.key === 'string' ? res.body.key : site.keys.secret;
 }
-
-test('screenshots at 1280×800 and 390×844 are written to docs/, and nothing overflows a phone screen', async () => {
-  mkdirSync(DOCS, { recursive: true });
-  const realtime = (await api(service.url, '/metrics/realtime', { key: site.keys.secret })).status === 200;
-  for (const [name, width, height, dark] of [['dashboard.png', 1280, 800, false], ['dashboard-mobile.png', 390, 844, false], ['dashboard-dark.png', 1280, 800, true]] as const) {
-    const { page, context, problems } = await open(service.url, { width, height, dark });
-    await signIn(page, site.keys.secret);
-    await figuresOnScreen(page);
-    await page.locator('#chart canvas').waitFor({ timeout: WAIT_MS });
-    if (realtime) await page.locator('#live .value').waitFor({ timeout: WAIT_MS });
-    await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-    assert.equal(overflow, 0, `${name}: no horizontal scrolling`);
-    await page.screenshot({ path: new URL(name, DOCS).pathname });
-    if (process.env['FULLPAGE']) await page.screenshot({ path: `/tmp/full-${name}`, fullPage: true });
-    assert.deepEqual(problems, []);
-    await context.close();
-  }
-});
