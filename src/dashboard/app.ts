@@ -1,29 +1,20 @@
 import './style.css';
 import 'uplot/dist/uPlot.min.css';
-import { type Answer, describe, get, listProjects, type Metrics, type Project, type Realtime, type Refusal } from './api.ts';
+import { type Answer, describe, get, listProjects, type Metrics, type Project, type Refusal } from './api.ts';
 import { destroyChart, drawChart } from './chart.ts';
+import { controls } from './controls.ts';
 import { byId, h } from './dom.ts';
-import { sharePanel } from './share.ts';
 import { day, rangeLabel } from './format.ts';
-import { addDays, checkCustom, DEFAULT_PRESET, isPreset, type Preset, PRESETS, type Range, rangeOf, todayIn } from './ranges.ts';
-import { cards, dailyTable, fillLive, liveTile, recent, tiles } from './view.ts';
+import { startLive, stopLive } from './live.ts';
+import { compareMode, STORE_KEY, STORE_PROJECT, storedRange } from './prefs.ts';
+import { addDays, checkCustom, DEFAULT_PRESET, type Preset, type Range, rangeOf, todayIn } from './ranges.ts';
+import { cards, dailyTable, liveTile, recent, tiles } from './view.ts';
 
 /**
  * The dashboard: sign in with a key, pick a project (admin keys) and a range, show GET /metrics for it.
  * The key lives in sessionStorage (this tab only) and leaves the page only in Authorization headers.
  */
 
-const STORE_KEY = 'analytics.key';
-const STORE_PROJECT = 'analytics.project';
-const STORE_RANGE = 'analytics.range';
-const STORE_COMPARE = 'analytics.compare';
-const COMPARE_OPTIONS: ReadonlyArray<readonly [string, string]> = [
-  ['previous', 'vs previous period'],
-  ['year', 'vs a year earlier'],
-  ['off', 'No comparison'],
-];
-/** Visitors right now are re-read this often while the page is visible. */
-const REALTIME_POLL_MS = 15_000;
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */
 const RETRY_FIRST_MS = 3_000;
 const RETRY_MAX_MS = 60_000;
@@ -44,21 +35,8 @@ let session: SignedIn | undefined;
 let loadSeq = 0;
 /** false once the service answered that it does not know `compare` (an older service) */
 let compareSupported = true;
-let realtimeSupported = true;
 let retryTimer: ReturnType<typeof setTimeout> | undefined;
 let retryDelay = RETRY_FIRST_MS;
-let liveTimer: ReturnType<typeof setInterval> | undefined;
-let liveSeq = 0;
-
-function storedRange(): { preset: Preset } & Partial<Range> {
-  try {
-    const v = JSON.parse(sessionStorage.getItem(STORE_RANGE) ?? 'null') as { preset?: string; from?: string; to?: string } | null;
-    if (v && isPreset(v.preset ?? null)) return v as { preset: Preset } & Partial<Range>;
-  } catch {
-    /* fall through to the default */
-  }
-  return { preset: DEFAULT_PRESET };
-}
 
 // ------------------------------------------------------------------ sign-in
 
@@ -158,68 +136,19 @@ function showDashboard(): void {
   const s = session!;
   byId('signin').hidden = true;
   document.getElementById('dash')?.remove();
-  const range = storedRange();
   const title = s.projects?.find((p) => p.id === s.projectId)?.name ?? 'Analytics';
-  const controls = h('div', { class: 'controls' });
-  if (s.admin && s.projects) {
-    const select = h('select', { id: 'project', 'aria-label': 'Project' }, ...s.projects.map((p) => h('option', { value: p.id, selected: p.id === s.projectId }, `${p.name} (${p.id})`)));
-    select.addEventListener('change', () => {
-      const p = s.projects!.find((x) => x.id === select.value);
+  const bar = controls(s, compareSupported, {
+    project(p) {
       s.projectId = p?.id;
       s.timezone = p?.timezone;
-      sessionStorage.setItem(STORE_PROJECT, select.value);
-      document.getElementById('share')?.remove();
-      document.getElementById('share-toggle')?.setAttribute('aria-expanded', 'false');
+      if (p) sessionStorage.setItem(STORE_PROJECT, p.id);
       byId('title').textContent = p?.name ?? 'Analytics';
       void load(true);
-    });
-    controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Project'), select));
-  }
-  const rangeSelect = h('select', { id: 'range', 'aria-label': 'Date range' }, ...PRESETS.map(([p, label]) => h('option', { value: p, selected: p === range.preset }, label)));
-  const from = h('input', { type: 'date', id: 'from', 'aria-label': 'From', value: range.from, required: true });
-  const to = h('input', { type: 'date', id: 'to', 'aria-label': 'To', value: range.to, required: true });
-  const custom = h('form', { id: 'custom', class: 'custom', hidden: range.preset !== 'custom', novalidate: true }, from, h('span', { 'aria-hidden': 'true' }, '–'), to, h('button', { type: 'submit' }, 'Apply'));
-  rangeSelect.addEventListener('change', () => {
-    const preset = rangeSelect.value as Preset;
-    custom.hidden = preset !== 'custom';
-    if (preset === 'custom') {
-      const shown = storedRange();
-      if (!from.value && shown.from) from.value = shown.from;
-      if (!to.value && shown.to) to.value = shown.to;
-      from.focus();
-      return;
-    }
-    sessionStorage.setItem(STORE_RANGE, JSON.stringify({ preset }));
-    void load();
+    },
+    reload: () => void load(),
+    problem: (message) => problem(message),
+    signOut: () => showSignIn(),
   });
-  custom.addEventListener('submit', (e) => {
-    e.preventDefault();
-    const wrong = checkCustom(from.value, to.value);
-    if (wrong) return problem(wrong);
-    sessionStorage.setItem(STORE_RANGE, JSON.stringify({ preset: 'custom', from: from.value, to: to.value }));
-    void load();
-  });
-  controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Date range'), rangeSelect), custom);
-  if (compareSupported) {
-    const chosen = compareMode();
-    const compare = h('select', { id: 'compare', 'aria-label': 'Compare with' }, ...COMPARE_OPTIONS.map(([v, label]) => h('option', { value: v, selected: v === chosen }, label)));
-    compare.addEventListener('change', () => {
-      sessionStorage.setItem(STORE_COMPARE, compare.value);
-      void load();
-    });
-    controls.append(h('label', { class: 'field' }, h('span', { class: 'sr-only' }, 'Compare with'), compare));
-  }
-  if (s.projectId !== undefined) {
-    // Admin and secret keys may create read-only keys to share; a read-only key may not.
-    const toggle = h('button', { type: 'button', class: 'quiet', id: 'share-toggle', 'aria-expanded': 'false', 'aria-controls': 'share' }, 'Share');
-    toggle.addEventListener('click', () => {
-      const panel = document.getElementById('share') ?? byId('main').parentElement!.insertBefore(sharePanel(s.key, s.projectId!), byId('problem'));
-      panel.hidden = !panel.hidden;
-      toggle.setAttribute('aria-expanded', String(!panel.hidden));
-    });
-    controls.append(toggle);
-  }
-  controls.append(h('button', { type: 'button', class: 'quiet', id: 'signout', onclick: () => showSignIn() }, 'Sign out'));
 
   const dash = h(
     'div',
@@ -228,7 +157,7 @@ function showDashboard(): void {
       'header',
       { class: 'top' },
       h('div', { class: 'brand' }, h('h1', { id: 'title', tabindex: -1 }, title), h('p', { id: 'context', class: 'context' })),
-      controls,
+      bar,
     ),
     h('div', { id: 'problem', class: 'problem', role: 'alert', hidden: true }),
     h('p', { id: 'loading', class: 'sr-only', role: 'status', 'aria-live': 'polite' }),
@@ -267,11 +196,6 @@ function refused(r: Refusal, again: () => void): void {
 }
 
 // ------------------------------------------------------------------ loading figures
-
-function compareMode(): string {
-  const v = sessionStorage.getItem(STORE_COMPARE);
-  return COMPARE_OPTIONS.some(([o]) => o === v) ? v! : 'previous';
-}
 
 async function metrics(s: SignedIn, params: Record<string, string | undefined>): Promise<Answer<Metrics>> {
   const projectId = s.admin ? s.projectId : undefined;
@@ -323,7 +247,7 @@ async function load(projectChanged = false): Promise<void> {
   if (projectChanged) document.getElementById('live')?.remove(); // another project's visitors must not linger
   render(r.value, today, trend);
   byId('loading').textContent = `Showing ${rangeLabel(r.value.from, r.value.to)}.`;
-  if (projectChanged) startLive();
+  if (projectChanged) startLive(() => session && { key: session.key, projectId: session.admin ? session.projectId : undefined });
 }
 
 function render(m: Metrics, today: string, trend?: Metrics): void {
@@ -383,44 +307,10 @@ function setupHint(m: Metrics): HTMLElement {
   );
 }
 
-// ------------------------------------------------------------------ realtime
-
 function stopTimers(): void {
   clearTimeout(retryTimer);
-  clearInterval(liveTimer);
-  liveTimer = undefined;
+  stopLive();
 }
-
-function startLive(): void {
-  clearInterval(liveTimer);
-  if (!realtimeSupported) return;
-  void pollLive();
-  liveTimer = setInterval(() => {
-    if (document.visibilityState === 'visible') void pollLive();
-  }, REALTIME_POLL_MS);
-}
-
-async function pollLive(): Promise<void> {
-  const s = session;
-  if (!s) return;
-  const seq = ++liveSeq;
-  const r = await get<Realtime>('metrics/realtime', s.key, { projectId: s.admin ? s.projectId : undefined });
-  if (seq !== liveSeq || session !== s) return;
-  const el = document.getElementById('live');
-  if (r.ok) {
-    if (el) fillLive(el, r.value);
-    return;
-  }
-  if (r.status === 404 && r.code === 'not_found' && /route/.test(r.message)) {
-    realtimeSupported = false; // an older service without realtime figures: the tile stays hidden
-    clearInterval(liveTimer);
-  }
-  // Other failures: keep the last figure; the main view reports problems with the key or the service.
-}
-
-document.addEventListener('visibilitychange', () => {
-  if (document.visibilityState === 'visible' && liveTimer !== undefined) void pollLive();
-});
 
 if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
 else start();
