@@ -178,6 +178,18 @@ test('signing in with a secret key shows the last 30 days exactly as GET /metric
   assert.match(await page.locator('table[data-table=countries] tr[data-key=DE] th').innerText(), /Deutschland/);
   assert.match(await page.locator('#context').innerText(), /UTC/);
   assert.equal(await page.locator('#title').innerText(), 'acme.example');
+  // For screen readers: every control has a name, ids are unique, the chart has a text alternative.
+  const unnamed = await page.evaluate(() =>
+    [...document.querySelectorAll<HTMLElement>('button, select, input, [role=tab], [tabindex="0"]')]
+      .filter((el) => !el.closest('[hidden]'))
+      .filter((el) => !(el.getAttribute('aria-label') || (el as HTMLInputElement).labels?.[0]?.textContent?.trim() || el.getAttribute('aria-labelledby') || el.textContent?.trim()))
+      .map((el) => el.outerHTML.slice(0, 80)),
+  );
+  assert.deepEqual(unnamed, []);
+  const ids = await page.evaluate(() => [...document.querySelectorAll('[id]')].map((el) => el.id));
+  assert.equal(new Set(ids).size, ids.length, 'ids are unique');
+  assert.match((await page.locator('#chart').getAttribute('aria-label')) ?? '', /page views in all/);
+  assert.equal(await page.locator('#chart').getAttribute('role'), 'img');
   assert.deepEqual(problems, []);
   await context.close();
 });
