@@ -115,6 +115,7 @@ export function describe(r: Refusal): string {
   if (r.status === 0 || r.status === 502 || r.status === 503 || r.status === 504) {
     return 'The analytics service is not reachable: it may be down or restarting. Trying again shortly.';
   }
+  if (r.status === 404) return `Not found: ${r.message}. The project may have been deleted.`;
   if (r.status >= 500) return `The service failed to answer (${r.status}). Trying again shortly.`;
   return `The service refused the request: ${r.message}`;
 }

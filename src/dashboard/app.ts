@@ -93,10 +93,11 @@ function showSignIn(message = ''): void {
 
 async function signIn(key: string): Promise<void> {
   const button = document.querySelector<HTMLButtonElement>('#signin-form button');
-  if (button) button.disabled = true;
+  if (button) {
+    button.disabled = true;
+    button.textContent = 'Signing in…';
+  }
   byId('signin-error').textContent = '';
-  const status = byId('signin-error');
-  status.textContent = 'Signing in…';
   try {
     const admin = key.startsWith('ak_');
     let projects: Project[] | undefined;
@@ -106,7 +107,6 @@ async function signIn(key: string): Promise<void> {
       if (!r.ok) return refusedAtSignIn(r, key);
       projects = r.value;
       if (projects.length === 0) {
-        status.textContent = '';
         return signInError('This admin key works, but there are no projects yet. Create one (POST /projects or "analytics projects create"), then sign in again.');
       }
     }
@@ -114,11 +114,13 @@ async function signIn(key: string): Promise<void> {
     const project = projects?.find((p) => p.id === stored) ?? projects?.[0];
     session = { key, projects, admin, projectId: project?.id, timezone: project?.timezone };
     sessionStorage.setItem(STORE_KEY, key);
-    status.textContent = '';
     showDashboard();
     await load(true);
   } finally {
-    if (button) button.disabled = false;
+    if (button) {
+      button.disabled = false;
+      button.textContent = 'Sign in';
+    }
   }
 }
 
@@ -191,8 +193,10 @@ function scheduleRetry(r: Refusal, again: () => void): void {
 /** What every failed read does: back to sign-in for a refused key, otherwise a message and a retry. */
 function refused(r: Refusal, again: () => void): void {
   if (r.status === 401 || r.status === 403) return showSignIn(describe(r));
-  problem(describe(r), r.status === 400 ? undefined : () => { clearTimeout(retryTimer); again(); });
-  if (r.status !== 400) scheduleRetry(r, again);
+  // A refused request (400, a project that is gone: 404) stays refused; anything else may pass in a moment.
+  const final = r.status === 400 || r.status === 404;
+  problem(describe(r), final ? undefined : () => { clearTimeout(retryTimer); again(); });
+  if (!final) scheduleRetry(r, again);
 }
 
 // ------------------------------------------------------------------ loading figures
