@@ -306,9 +306,7 @@ test('a share link signs in from the fragment and removes it; the key is never i
   await context.close();
 });
 
-test('Share turns a secret key into a read-only rk_ link, which signs in without listing projects and shows the same figures', async (t) => {
-  const probe = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret });
-  if (probe.status === 404) return t.skip('this service does not issue read-only keys yet');
+test('Share turns a secret key into a read-only rk_ link, which signs in without listing projects and shows the same figures', async () => {
   const owner = await open();
   await signIn(owner.page, site.keys.secret);
   await figuresOnScreen(owner.page);
@@ -383,6 +381,16 @@ test('a wrong key says "invalid key", a publishable key says "not allowed", and 
   await signIn(page, site.keys.publishable);
   await page.locator('#signin-error', { hasText: 'not allowed' }).waitFor({ timeout: WAIT_MS });
   assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'a refused key is not kept');
+
+  // A read-only key revoked while its dashboard is open: the next read sends the reader back to the form.
+  const created = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret, body: { type: 'read' } });
+  await signIn(page, created.body.key);
+  await figuresOnScreen(page);
+  const revoked = await api(service.url, `/projects/${site.project.id}/keys/${created.body.id}`, { key: site.keys.secret, method: 'DELETE' });
+  assert.equal(revoked.status, 200);
+  await page.getByLabel('Date range').selectOption('7d');
+  await page.locator('#signin-error', { hasText: 'invalid key' }).waitFor({ timeout: WAIT_MS });
+  assert.equal(await page.locator('#dash').count(), 0, 'the figures are gone with the key');
   assert.deepEqual(problems, []);
   await context.close();
 });
@@ -430,8 +438,10 @@ async function waitFor(ready: () => boolean, what: string): Promise<void> {
   }
 }
 
-/** A read-only rk_ key where the service issues them, else the secret key: the share link works with either. */
+/** A fresh read-only rk_ key for the seeded site. */
 async function readKey(): Promise<string> {
   const res = await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret, body: { type: 'read' } });
-  return res.status === 200 && typeof res.body?.key === 'string' ? res.body.key : site.keys.secret;
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.match(res.body.key, /^rk_/);
+  return res.body.key;
 }

@@ -19,9 +19,19 @@ export const QUERY_SCHEMAS = {
       projectId: param('the project to read; required for admin keys').optional(),
     }),
   },
-  '/projects': { GET: z.strictObject({}), POST: z.strictObject({}) },
+  '/projects': {
+    GET: z.strictObject({
+      limit: param('page size, 1 to 1000 (default 100)').optional(),
+      cursor: param('the next_cursor of the previous page, as returned').optional(),
+    }),
+    POST: z.strictObject({}),
+  },
+  '/projects/{id}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
+  '/projects/{id}/keys': { GET: z.strictObject({}), POST: z.strictObject({}) },
+  '/projects/{id}/keys/{keyId}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
 } as const satisfies Record<string, Record<string, z.ZodObject>>;
 
+export type ListProjectsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/projects']['GET']>;
 export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;
 
 export type QueryCheck = { ok: true; value: Record<string, string> } | { ok: false; message: string; names: string[] };
