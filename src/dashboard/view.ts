@@ -97,9 +97,8 @@ export function fillLive(el: HTMLElement, r: Realtime): void {
   }
   el.replaceChildren(
     h('span', { class: 'label' }, h('span', { class: 'dot', 'aria-hidden': 'true' }), 'Visitors now'),
-    h('span', { class: 'value' }, count(r.visitors)),
+    h('span', { class: 'live-row' }, h('span', { class: 'value' }, count(r.visitors)), spark),
     h('span', { class: 'sub' }, `${count(r.pageviews)} page views in 30 min`),
-    spark,
   );
   el.hidden = false;
 }
