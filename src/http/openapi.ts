@@ -19,6 +19,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
   Error: R.ErrorBody,
   IngestAck: R.IngestAck,
   Metrics: R.MetricsBody,
+  Realtime: R.RealtimeBody,
   Project: R.Project,
   ProjectPage: R.ProjectPage,
   CreatedProject: R.CreatedProject,
@@ -142,6 +143,15 @@ export function openApiDocument(version: string): Json {
           security: secured,
           parameters: queryParameters(QUERY_SCHEMAS['/metrics'].GET),
           responses: { '200': json(ref('Metrics'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
+        },
+      },
+      '/metrics/realtime': {
+        get: {
+          operationId: 'getRealtime',
+          summary: 'The last 30 minutes by receive time: visitors (5 minutes), page views per minute, top pages and sources',
+          security: secured,
+          parameters: queryParameters(QUERY_SCHEMAS['/metrics/realtime'].GET),
+          responses: { '200': json(ref('Realtime'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
         },
       },
       '/projects': {
