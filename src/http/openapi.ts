@@ -237,6 +237,14 @@ export function openApiDocument(version: string): Json {
           },
         },
       },
+      '/dashboard': {
+        get: {
+          operationId: 'dashboard',
+          summary: 'The dashboard page (no key: it asks for one and calls the endpoints above); its assets are under /dashboard/',
+          security: [],
+          responses: { '200': { description: 'HTML', content: { 'text/html': { schema: { type: 'string' } } } } },
+        },
+      },
       '/openapi.json': {
         get: {
           operationId: 'openApi',

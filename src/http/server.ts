@@ -12,6 +12,7 @@ import {
   type RateInfo,
   type RequestMeta,
 } from '../engine/types.ts';
+import { isDashboardPath, serveDashboard } from '../dashboard/serve.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
@@ -237,7 +238,7 @@ export class HttpFace {
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
-      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : 'unknown';
+      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : isDashboardPath(url.pathname) ? '/dashboard' : 'unknown';
       if (!route) {
         for (const [pattern, handlers] of this.paramRoutes) {
           const m = pattern.exec(url.pathname);
@@ -251,6 +252,10 @@ export class HttpFace {
       }
       const ops = this.options.ops;
       if (ops) res.once('finish', () => ops.request('http', endpoint, this.outcomes.get(res) ?? (res.statusCode < 400 ? 'ok' : String(res.statusCode))));
+      if (isDashboardPath(url.pathname)) {
+        const refused = await serveDashboard(req, res, url.pathname);
+        return refused ? this.send(res, refused) : undefined;
+      }
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
