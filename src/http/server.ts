@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
 import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
+import { serveMcp } from '../mcp/http-endpoint.ts';
 import { buildTracker } from '../tracker/build.ts';
 import { readBody } from './read-body.ts';
 
@@ -88,6 +89,10 @@ export class HttpFace {
       '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
       '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
+      '/mcp': {
+        POST: (req, res) =>
+          serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
+      },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
     this.server = createServer(
