@@ -150,7 +150,7 @@ test('the container recipe builds without an engine, runs as uid 1000 with its d
 });
 
 describe('the nginx reverse-proxy example', { skip: has('nginx') && has('openssl') ? false : 'nginx or openssl is not installed here (.ci/run installs them): the example was not run' }, () => {
-  test('serves HTTP and gRPC over TLS and hands the visitor address on to a service with TRUST_PROXY=1', async () => {
+  test('serves HTTP, MCP and gRPC over TLS and hands the visitor address on to a service with TRUST_PROXY=1', async () => {
     const dir = tempDir('analytics-nginx-');
     const cert = path.join(dir, 'cert.pem');
     const certKey = path.join(dir, 'key.pem');
@@ -209,6 +209,15 @@ describe('the nginx reverse-proxy example', { skip: has('nginx') && has('openssl
       const m = await api(svc.url, `/metrics?date=${todayUtc()}`, { key: project.keys.secret });
       assert.deepEqual(m.body.countries, { US: 1 });
       assert.deepEqual(m.body.pages, { '/through-nginx': 1 });
+
+      // MCP through its unbuffered location: the tools of the key, as JSON-RPC over Streamable HTTP
+      const mcp = await get('/mcp', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${project.keys.secret}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      });
+      assert.equal(mcp.status, 200, mcp.text);
+      assert.ok((JSON.parse(mcp.text) as { result: { tools: Array<{ name: string }> } }).result.tools.some((t) => t.name === 'track_event'));
 
       // gRPC over the same TLS port, through grpc_pass
       const client = new grpc.Client(`localhost:${port}`, grpc.credentials.createSsl(readFileSync(cert)));
