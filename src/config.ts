@@ -36,6 +36,8 @@ const EnvSchema = z.object({
   ANALYTICS_BURST_PER_IP: z.coerce.number().positive().default(100),
   /** quiet startup/shutdown logs (tests) */
   ANALYTICS_QUIET: bool.default(false),
+  /** set by npm for `npm start`, `npm exec`/`npx` (npm's own variable, not ours) */
+  npm_command: z.string().optional(),
 });
 
 export interface Config {
@@ -51,6 +53,11 @@ export interface Config {
   snapshotEveryEvents: number;
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
+  /**
+   * Started by npm (`npm start`, `npx analytics serve`): npm forwards a signal only to the shell it spawned, and that
+   * shell dies without relaying it, so the service also stops (drains) when its parent process goes away.
+   */
+  stopWithParent: boolean;
 }
 
 export class ConfigError extends Error {}
@@ -80,5 +87,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       burstPerIp: e.ANALYTICS_BURST_PER_IP,
     }),
     quiet: e.ANALYTICS_QUIET,
+    stopWithParent: e.npm_command !== undefined && e.npm_command !== '',
   });
 }

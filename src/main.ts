@@ -1,6 +1,11 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
 
+/** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
+const PARENT_CHECK_MS = 250;
+/** A signal this soon after the first is the same stop relayed twice (Ctrl-C reaches npm and node, npm relays it). */
+const SAME_STOP_MS = 1_000;
+
 /** `npm start`: serve HTTP and gRPC on the embedded LMDB store until SIGTERM/SIGINT. */
 async function main(): Promise<void> {
   let config;
@@ -17,9 +22,13 @@ async function main(): Promise<void> {
   if (!config.quiet) {
     console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}`);
   }
-  let signals = 0;
+  let firstSignalAt: number | undefined;
   const shutdown = (signal: string) => {
-    if (++signals > 1) process.exit(1); // a second signal means "now"
+    if (firstSignalAt !== undefined) {
+      if (performance.now() - firstSignalAt >= SAME_STOP_MS) process.exit(1); // a second signal means "now"
+      return;
+    }
+    firstSignalAt = performance.now();
     if (!config.quiet) console.log(`${signal}: draining, writing a snapshot, closing storage...`);
     service.stop().then(
       () => process.exit(0),
@@ -31,6 +40,17 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  if (config.stopWithParent) {
+    // npm relays SIGTERM to the shell it spawned, not to us; the shell dies and we are re-parented. Treat that as
+    // the stop it is. (`npm start` execs node, so there npm is the parent and relays the signal itself.)
+    const parent = process.ppid;
+    const watch = setInterval(() => {
+      if (process.ppid === parent) return;
+      clearInterval(watch);
+      shutdown('parent process exited');
+    }, PARENT_CHECK_MS);
+    watch.unref();
+  }
 }
 
 main().catch((err: unknown) => {

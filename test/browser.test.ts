@@ -275,10 +275,14 @@ test('the session id is kept in sessionStorage and a new one starts after 30 idl
   assert.notEqual(await run(`stale-session.${Date.now() - SESSION_IDLE_MS - 60_000}`), 'stale-session');
 });
 
-test('without data-allow-local an automated browser sends nothing, and track still works', async () => {
+test('without data-allow-local an automated browser sends nothing, says so once on the console, and track still works', async () => {
   const project = await newProject('robot');
   const url = serve('robot', scriptTag(project, ''));
   const { page, errors } = await openPage();
+  const infos: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() === 'info') infos.push(m.text());
+  });
   await page.goto(url);
   await page.waitForFunction(() => (window as unknown as { analytics: { l?: number } }).analytics.l === 1);
   await page.evaluate(() => (window as unknown as { analytics: { track(n: string): void } }).analytics.track('click'));
@@ -290,6 +294,9 @@ test('without data-allow-local an automated browser sends nothing, and track sti
   assert.deepEqual(analyticsPosts(project.keys.publishable), []);
   assert.deepEqual((await metrics(project)).events, {});
   assert.deepEqual(errors, []);
+  // One line, however many events were skipped (a page view and a track call here), naming the way out.
+  assert.equal(infos.length, 1, JSON.stringify(infos));
+  assert.match(infos[0]!, /data-allow-local/);
   await page.context().close();
   await other.context().close();
 });
@@ -310,7 +317,7 @@ test('the TypeScript client runs in the browser: batches, page context, and deli
   const project = await newProject('client');
   const esbuild = await import('esbuild');
   const bundle = await esbuild.build({
-    entryPoints: [new URL('../src/client/index.ts', import.meta.url).pathname],
+    entryPoints: [new URL('../clients/typescript/src/index.ts', import.meta.url).pathname],
     bundle: true, write: false, format: 'iife', globalName: 'Analytics', target: 'es2020', logLevel: 'silent',
   });
   const library = bundle.outputFiles[0]?.text ?? '';

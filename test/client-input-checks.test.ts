@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { encodeEvent } from '../src/client/encode-event.ts';
-import { createClient, InvalidEventError } from '../src/client/index.ts';
-import { isRetryableStatus, parseRetryAfter, retryDelayMs } from '../src/client/retry-policy.ts';
+import { encodeEvent } from '../clients/typescript/src/encode-event.ts';
+import { createClient, InvalidEventError } from '../clients/typescript/src/index.ts';
+import { isRetryableStatus, parseRetryAfter, retryDelayMs } from '../clients/typescript/src/retry-policy.ts';
 import { parseEvent } from '../src/core/event-schema.ts';
 import { guardJson } from '../src/core/json-guard.ts';
 import { MAX_EVENT_BYTES } from '../src/core/limits.ts';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { type ClientOptions, createClient, type DeliveryError } from '../src/client/index.ts';
+import { type ClientOptions, createClient, type DeliveryError } from '../clients/typescript/src/index.ts';
 import type { MetricsResponse } from '../src/core/types.ts';
 import { startProxy } from './forwarding-proxy.ts';
 import { api, type CreatedProject, createProject, startTestService, type TestService } from './helpers.ts';

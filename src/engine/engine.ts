@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
@@ -12,7 +12,7 @@ import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
-import { bearerKey, generateId, generateKey, hashKey } from './keys.ts';
+import { bearerKey, generateId, generateKey, hashKey, keyHint } from './keys.ts';
 import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
@@ -456,16 +456,25 @@ export class Engine implements AnalyticsEngine {
     const configured = this.config.adminKey;
     const record: KeyRecord = { kind: 'admin', ownerId: 'o_admin', createdAt: this.now() };
     if (configured !== undefined) {
-      if (!this.store.getKey(hashKey(configured))) await this.store.putKey(hashKey(configured), record);
+      // A configured key is the only admin key: a generated or earlier configured one stops working (rotation).
+      await this.store.replaceAdminKeys(hashKey(configured), this.store.getKey(hashKey(configured)) ?? record);
+      this.log(`admin key: from ANALYTICS_ADMIN_KEY (${keyHint(configured)}); any other admin key is revoked`);
+      // A generated key left in its file would now answer 401: remove it rather than let someone try it.
+      const file = path.join(this.config.dataDir, 'admin.key');
+      if (existsSync(file) && readFileSync(file, 'utf8').trim() !== configured) {
+        unlinkSync(file);
+        this.log(`removed ${file}: its key is revoked`);
+      }
       return;
     }
-    if (this.store.getMeta<boolean>('admin_key_created')) return;
+    if (this.store.hasAdminKey()) return;
     const key = generateKey('admin');
-    await this.store.putKey(hashKey(key), record);
     const file = path.join(this.config.dataDir, 'admin.key');
     writeFileSync(file, `${key}\n`, { mode: 0o600 });
+    await this.store.putKey(hashKey(key), record);
     await this.store.putMeta('admin_key_created', true);
-    this.log(`admin key (shown once, also written to ${file}): ${key}`);
+    // Never the key itself: logs are read by more people than the data directory.
+    this.log(`admin key generated and written to ${file} (${keyHint(key)})`);
   }
 
   private startTimers(): void {

@@ -18,6 +18,11 @@ export function generateKey(kind: KeyKind): string {
   return KEY_PREFIX[kind] + randomBytes(KEY_BYTES).toString('base64url');
 }
 
+/** What logs and listings show instead of a key: its prefix and last 4 characters (`ak_…abcd`). */
+export function keyHint(key: string): string {
+  return `${key.slice(0, 3)}…${key.slice(-4)}`;
+}
+
 export function generateId(prefix: string): string {
   return prefix + randomBytes(ID_BYTES).toString('base64url');
 }

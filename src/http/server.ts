@@ -5,6 +5,7 @@ import { clientIp } from '../enrich/index.ts';
 import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
 import { serveMcp } from '../mcp/http-endpoint.ts';
 import { buildTracker } from '../tracker/build.ts';
+import { checkQuery, type MetricsQueryParams } from './query-schemas.ts';
 import { readBody } from './read-body.ts';
 
 /**
@@ -42,7 +43,8 @@ export interface HttpOptions {
   connectionsCheckingIntervalMs?: number;
 }
 
-type Handler = (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> | void;
+/** `query` has passed the route's schema in query-schemas.ts (routes without one: every parameter, first value). */
+type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Record<string, string>) => Promise<void> | void;
 
 export function statusOf(code: ErrorCode): number {
   switch (code) {
@@ -86,7 +88,7 @@ export class HttpFace {
   ) {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
-      '/metrics': { GET: (req, res, url) => this.metrics(req, res, url) },
+      '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
       '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/mcp': {
@@ -139,7 +141,12 @@ export class HttpFace {
         res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
         return this.send(res, failure('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
       }
-      await handler(req, res, url);
+      const query = checkQuery(url.pathname, req.method!, url.searchParams);
+      if (!query.ok) {
+        req.resume();
+        return this.send(res, failure('invalid_request', query.message, { details: query.names.map((name) => ({ path: name, message: query.message })) }));
+      }
+      await handler(req, res, url, query.value);
     } catch (err) {
       // Faults never leak internals; the message is for operators, in the log.
       console.error('internal error:', err);
@@ -178,15 +185,8 @@ export class HttpFace {
     return this.send(res, out);
   }
 
-  private metrics(req: IncomingMessage, res: ServerResponse, url: URL): void {
-    const q = url.searchParams;
-    const pick = (name: string) => q.get(name) ?? undefined;
-    const out = this.engine.metrics(this.meta(req), {
-      date: pick('date'),
-      from: pick('from'),
-      to: pick('to'),
-      projectId: pick('projectId'),
-    });
+  private metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): void {
+    const out = this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }

@@ -130,6 +130,23 @@ export class LogStore {
     await this.root.flushed;
   }
 
+  /** Makes `hash` the only admin key: every other admin key record is deleted, in one transaction. */
+  async replaceAdminKeys(hash: string, record: KeyRecord): Promise<void> {
+    await this.root.transaction(() => {
+      for (const { key, value } of this.keys.getRange()) {
+        if (value.kind === 'admin' && key !== hash) void this.keys.remove(key);
+      }
+      void this.keys.put(hash, record);
+    });
+    await this.root.flushed;
+  }
+
+  /** Whether any admin key is stored. */
+  hasAdminKey(): boolean {
+    for (const { value } of this.keys.getRange()) if (value.kind === 'admin') return true;
+    return false;
+  }
+
   getMeta<T>(key: string): T | undefined {
     return this.meta.get(key) as T | undefined;
   }

@@ -46,6 +46,8 @@ const SESSION_IDLE_MS = 30 * 60 * 1000;
     const off =
       attr('allow-local') == null &&
       (n.webdriver || l.protocol == 'file:' || /^(localhost|127(\.\d+){3}|\[::1\])$/.test(l.hostname));
+    // Said once, so a developer testing locally knows why nothing arrives.
+    if (off) console.info('analytics: not sent from a local page or automated browser; add data-allow-local to send');
 
     // randomUUID exists only in secure contexts; the fallback is unique enough for an idempotency key.
     const c = w.crypto;

@@ -1,7 +1,7 @@
-import { MAX_BATCH_EVENTS, MAX_BODY_BYTES, MAX_PARAM_STRING } from '../core/limits.ts';
-import { type EncodedEvent, type OutgoingEvent, encodeEvent } from './encode-event.ts';
-import { describeThrown, truncate } from './describe-thrown.ts';
-import { isRetryableStatus, parseRetryAfter, retryDelayMs } from './retry-policy.ts';
+import { MAX_BATCH_EVENTS, MAX_BODY_BYTES, MAX_PARAM_STRING } from './limits.js';
+import { type EncodedEvent, type OutgoingEvent, encodeEvent } from './encode-event.js';
+import { describeThrown, truncate } from './describe-thrown.js';
+import { isRetryableStatus, parseRetryAfter, retryDelayMs } from './retry-policy.js';
 import {
   type AnalyticsClient,
   type ClientOptions,
@@ -12,7 +12,7 @@ import {
   type EventParams,
   InvalidEventError,
   type PurchaseItem,
-} from './types.ts';
+} from './types.js';
 
 /**
  * The zero-dependency TypeScript client for browsers and Node ≥ 20.
@@ -23,14 +23,14 @@ import {
  * and 5xx are retried with backoff, and every event's `eventId` makes a repeated batch count once.
  *
  * ```ts
- * import { createClient } from 'privacy-analytics/client';
+ * import { createClient } from '@privacy-analytics/client';
  * const analytics = createClient({ apiKey: 'sk_...', projectId: 'p_...', endpoint: 'https://a.example/analytics' });
  * analytics.track('signup', { plan: 'pro' }, { userId: 'u_42', url: '/signup' });
  * await analytics.shutdown();
  * ```
  */
 
-export * from './types.ts';
+export * from './types.js';
 
 /** The service's batch cap; larger batches would be refused with 400. */
 const MAX_BATCH_SIZE = MAX_BATCH_EVENTS;

@@ -15,13 +15,13 @@ import {
   MAX_PROJECT_ID,
   MAX_SOURCE_NAME,
   MAX_URL,
-} from '../core/limits.ts';
-import { InvalidEventError } from './types.ts';
+} from './limits.js';
+import { InvalidEventError } from './types.js';
 
 /**
- * Checks one outgoing event against the service's own rules (src/core/event-schema.ts, json-guard.ts) and
+ * Checks one outgoing event against the service's own rules (its src/core/event-schema.ts, json-guard.ts) and
  * returns it encoded. The service refuses a whole batch for one bad event, so every event is checked here, alone,
- * before it can share a batch with others. limits.ts is pure constants, so importing it adds no dependency.
+ * before it can share a batch with others. limits.ts is this package's copy of the service's bounds.
  */
 
 /** The event as the client assembles it: known fields plus page context. */

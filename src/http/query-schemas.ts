@@ -1,0 +1,58 @@
+import { z } from 'zod';
+
+/**
+ * The query parameters of every JSON endpoint, one strict schema per route and method: any other parameter is a 400
+ * `invalid_request` naming it (a misspelt `?period=7d` must not silently answer today). The values are checked by
+ * the engine (dates, ranges, ids); these schemas only say which names exist. `/health`, `/script.js` (a cache-busting
+ * `?v=` is fine) and the dashboard take any query. Kept in one file so the OpenAPI document can be generated from it.
+ */
+
+const param = (description: string) => z.string().describe(description);
+
+export const QUERY_SCHEMAS = {
+  '/analytics': { POST: z.strictObject({}) },
+  '/metrics': {
+    GET: z.strictObject({
+      date: param('one day, YYYY-MM-DD, in the project\'s timezone').optional(),
+      from: param('first day of an inclusive range, YYYY-MM-DD').optional(),
+      to: param('last day of the range (defaults to today); needs `from`').optional(),
+      projectId: param('the project to read; required for admin keys').optional(),
+    }),
+  },
+  '/projects': { GET: z.strictObject({}), POST: z.strictObject({}) },
+} as const satisfies Record<string, Record<string, z.ZodObject>>;
+
+export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;
+
+export type QueryCheck = { ok: true; value: Record<string, string> } | { ok: false; message: string; names: string[] };
+
+/** Checks `params` against the schema of `pathname` + `method`; routes without one accept any query. */
+export function checkQuery(pathname: string, method: string, params: URLSearchParams): QueryCheck {
+  const schema = (QUERY_SCHEMAS as Record<string, Record<string, z.ZodObject> | undefined>)[pathname]?.[method];
+  const value: Record<string, string> = {};
+  const repeated: string[] = [];
+  for (const [name, v] of params) {
+    if (Object.hasOwn(value, name)) repeated.push(name);
+    else value[name] = v;
+  }
+  if (!schema) return { ok: true, value };
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    const unknown = parsed.error.issues.flatMap((i) => (i.code === 'unrecognized_keys' ? i.keys : []));
+    if (unknown.length > 0) {
+      const allowed = Object.keys(schema.shape);
+      return {
+        ok: false,
+        names: unknown,
+        message: `unknown query parameter${unknown.length > 1 ? 's' : ''} ${unknown.map((n) => `\`${n}\``).join(', ')} on ${method} ${pathname}; ${
+          allowed.length > 0 ? `it takes ${allowed.map((n) => `\`${n}\``).join(', ')}` : 'it takes none'
+        }`,
+      };
+    }
+    return { ok: false, names: [], message: parsed.error.issues.map((i) => i.message).join('; ') };
+  }
+  if (repeated.length > 0) {
+    return { ok: false, names: repeated, message: `query parameter ${repeated.map((n) => `\`${n}\``).join(', ')} given more than once` };
+  }
+  return { ok: true, value: parsed.data as Record<string, string> };
+}
