@@ -5,9 +5,9 @@
  * TextEncoder), so it bundles for the neutral platform with no `node:` import.
  *
  * test/edge-runtime.test.ts bundles this file with esbuild and runs it in workerd (the Workers runtime) and in a
- * node:vm context that has web globals only, against a real service.
+ * node:vm context that has web globals only, against a real service. Your worker imports '@privacy-analytics/client'.
  */
-import { createClient, type AnalyticsClient } from '../src/client/index.ts';
+import { createClient, type AnalyticsClient } from '../clients/typescript/src/index.ts';
 
 export interface Env {
   ANALYTICS_ENDPOINT: string; // https://analytics.example.com/analytics

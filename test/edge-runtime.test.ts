@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -12,8 +12,10 @@ import { api, createProject, startTestService, todayUtc, type CreatedProject, ty
 
 /**
  * The TypeScript client where only web APIs exist. examples/edge-worker.ts (a Workers-style fetch handler that ends
- * with ctx.waitUntil(analytics.flush())) is bundled with esbuild for the neutral platform, then run in workerd, the
- * Workers runtime itself, and in a node:vm context that has web globals only, each sending to a real service.
+ * with ctx.waitUntil(analytics.flush())) is bundled with esbuild for the neutral platform, with the client package's
+ * compiled ESM (what `npm run build:client` puts in dist/ and users install) in place of its source, then run in
+ * workerd, the Workers runtime itself, and in a node:vm context that has web globals only, each sending to a real
+ * service.
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -30,9 +32,14 @@ const COUNT_DEADLINE_MS = 15_000;
 
 let svc: TestService;
 let work: string;
+/** the client package compiled by its own tsconfig (ES2022, DOM lib, no Node types) */
+let clientDist: string;
 before(async () => {
   svc = await startTestService();
   work = mkdtempSync(path.join(tmpdir(), 'analytics-edge-'));
+  clientDist = path.join(work, 'client-dist');
+  const tsc = spawnSync(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', path.join(ROOT, 'clients/typescript'), '--outDir', clientDist], { encoding: 'utf8' });
+  assert.equal(tsc.status, 0, `${tsc.stdout}${tsc.stderr}`);
 });
 after(async () => {
   await svc.destroy();
@@ -50,6 +57,14 @@ async function bundle(format: 'esm' | 'iife'): Promise<{ code: string; metafile:
     write: false,
     metafile: true,
     logLevel: 'silent',
+    plugins: [
+      {
+        name: 'client-package',
+        setup(b) {
+          b.onResolve({ filter: /clients\/typescript\/src\/index\.ts$/ }, () => ({ path: path.join(clientDist, 'index.js') }));
+        },
+      },
+    ],
   });
   return { code: out.outputFiles[0]!.text, metafile: out.metafile };
 }
@@ -82,7 +97,9 @@ const requestPath = (i: number) => `/edge/${i % 3}${i % SIGNUP_EVERY === 0 ? '?s
 test('the client bundles for the neutral platform with no node: import and nothing left to import', async () => {
   const { code, metafile } = await bundle('esm');
   const inputs = Object.keys(metafile.inputs);
-  assert.ok(inputs.some((i) => i.includes('client/index')), 'the client is in the bundle');
+  const client = inputs.filter((i) => !i.endsWith('examples/edge-worker.ts'));
+  assert.ok(client.some((i) => i.endsWith('client-dist/index.js')), 'the compiled client is in the bundle');
+  assert.deepEqual(client.filter((i) => !/client-dist\/[a-z-]+\.js$/.test(i)), [], 'nothing but the example and the compiled package');
   assert.deepEqual(inputs.filter((i) => i.startsWith('node:') || i.includes('node_modules')), [], 'no Node built-in and no dependency');
   const [output] = Object.values(metafile.outputs);
   assert.deepEqual(output!.imports, [], 'the bundle imports nothing');

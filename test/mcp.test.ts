@@ -8,7 +8,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { EventSchema } from '../src/core/event-schema.ts';
 import { CreateProjectSchema } from '../src/engine/project-input.ts';
-import { MetricsQuerySchema } from '../src/mcp/tool-inputs.ts';
+import { QUERY_SCHEMAS } from '../src/http/query-schemas.ts';
 import { api, createProject, startTestService, todayUtc, type CreatedProject, type TestService } from './helpers.ts';
 
 /**
@@ -78,7 +78,7 @@ for (const transport of ['http', 'stdio'] as const) {
       const admin = await connect(transport, svc.adminKey);
       const tools = Object.fromEntries((await admin.listTools()).tools.map((t) => [t.name, t]));
       assert.deepEqual(tools.create_project!.inputSchema, jsonSchema(CreateProjectSchema));
-      assert.deepEqual(tools.get_metrics!.inputSchema, jsonSchema(MetricsQuerySchema));
+      assert.deepEqual(tools.get_metrics!.inputSchema, jsonSchema(QUERY_SCHEMAS['/metrics'].GET));
       assert.equal(tools.get_metrics!.annotations?.readOnlyHint, true);
       const sk = await connect(transport, project.keys.secret);
       const track = (await sk.listTools()).tools.find((t) => t.name === 'track_event')!;
@@ -165,6 +165,13 @@ for (const transport of ['http', 'stdio'] as const) {
         assert.equal(noKey.status, 401);
         assert.equal(((await noKey.json()) as { error: { code: string } }).error.code, 'unauthorized');
         const get = await fetch(new URL('/mcp', svc.url), { headers: { authorization: `Bearer ${svc.adminKey}` } });
+        const query = await fetch(new URL('/mcp?session=1', svc.url), {
+          method: 'POST',
+          headers: { authorization: `Bearer ${svc.adminKey}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+        });
+        assert.equal(query.status, 400, 'an unknown query parameter, as on every JSON endpoint');
+        assert.equal(((await query.json()) as { error: { code: string } }).error.code, 'invalid_request');
         assert.equal(get.status, 405, 'no server-to-client stream: every answer comes with its request');
         assert.equal(get.headers.get('allow'), 'POST, OPTIONS');
       } else {

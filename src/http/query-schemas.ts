@@ -20,6 +20,7 @@ export const QUERY_SCHEMAS = {
     }),
   },
   '/projects': { GET: z.strictObject({}), POST: z.strictObject({}) },
+  '/mcp': { POST: z.strictObject({}) },
 } as const satisfies Record<string, Record<string, z.ZodObject>>;
 
 export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;

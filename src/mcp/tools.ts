@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
 import { CreateProjectSchema } from '../engine/project-input.ts';
 import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RequestMeta } from '../engine/types.ts';
-import { ListProjectsQuerySchema, MetricsQuerySchema } from './tool-inputs.ts';
+import { QUERY_SCHEMAS } from '../http/query-schemas.ts';
 
 /**
  * The agent tools. Each one is a face of one engine call: its input schema is the schema the HTTP face uses for the
@@ -13,6 +13,10 @@ import { ListProjectsQuerySchema, MetricsQuerySchema } from './tool-inputs.ts';
  */
 
 type KeyKind = KeyIdentity['kind'];
+
+/** GET /metrics and GET /projects take their parameters in the query string; a tool takes the same names as arguments. */
+const MetricsQuerySchema = QUERY_SCHEMAS['/metrics'].GET;
+const ListProjectsQuerySchema = QUERY_SCHEMAS['/projects'].GET;
 
 export interface ToolDefinition {
   name: string;
