@@ -176,6 +176,13 @@ for (const transport of ['http', 'stdio'] as const) {
         assert.equal(get.headers.get('allow'), 'POST, OPTIONS');
       } else {
         await assert.rejects(connect('stdio', unknownKey), /unauthorized: unknown or revoked API key/);
+        // nothing listens on port 1: the relay answers initialize with an error instead of hanging
+        const nowhere = new Client({ name: 'analytics-test', version: '1.0.0' });
+        await assert.rejects(
+          nowhere.connect(new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--url', 'http://127.0.0.1:1', '--key', unknownKey], stderr: 'pipe' })),
+          /unavailable: /,
+        );
+        await nowhere.close();
       }
     });
   });
