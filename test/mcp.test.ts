@@ -164,6 +164,14 @@ for (const transport of ['http', 'stdio'] as const) {
         });
         assert.equal(noKey.status, 401);
         assert.equal(((await noKey.json()) as { error: { code: string } }).error.code, 'unauthorized');
+        const called = await fetch(new URL('/mcp', svc.url), {
+          method: 'POST',
+          headers: { authorization: `Bearer ${project.keys.secret}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'list_projects', arguments: {} } }),
+        });
+        assert.equal(called.status, 200);
+        assert.match(called.headers.get('ratelimit-remaining') ?? '', /^\d+$/, 'a tool call carries RateLimit-* like every authenticated answer');
+        await called.text();
         const get = await fetch(new URL('/mcp', svc.url), { headers: { authorization: `Bearer ${svc.adminKey}` } });
         const query = await fetch(new URL('/mcp?session=1', svc.url), {
           method: 'POST',

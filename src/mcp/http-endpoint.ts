@@ -36,7 +36,13 @@ export async function serveMcp({ engine, meta, req, res, readJson, send }: McpRe
     if (body.tooLarge) req.socket.end();
     return;
   }
-  const server = createMcpServer(engine, meta, who.value, engine.health().version);
+  const server = createMcpServer(engine, meta, who.value, engine.health().version, (rate) => {
+    // the answer is written after the tool ran: its RateLimit-* go out with it
+    if (res.headersSent) return;
+    res.setHeader('RateLimit-Limit', String(rate.limit));
+    res.setHeader('RateLimit-Remaining', String(rate.remaining));
+    res.setHeader('RateLimit-Reset', String(rate.resetSeconds));
+  });
   const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
   res.once('close', () => {
     void transport.close();

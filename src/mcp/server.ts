@@ -1,7 +1,7 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RequestMeta } from '../engine/types.ts';
+import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RateInfo, type RequestMeta } from '../engine/types.ts';
 import { TOOLS, toolsFor, type ToolDefinition } from './tools.ts';
 
 /**
@@ -28,7 +28,17 @@ export function toolResult(out: Outcome<unknown>): CallToolResult {
   return { isError: true, content: [{ type: 'text', text: JSON.stringify(body) }], structuredContent: body };
 }
 
-export function createMcpServer(engine: AnalyticsEngine, meta: RequestMeta, who: KeyIdentity, version: string): Server {
+/**
+ * @param onRate told the caller's rate-limit state after each tool call, so the HTTP face can send RateLimit-* on
+ *   /mcp answers as on every authenticated endpoint
+ */
+export function createMcpServer(
+  engine: AnalyticsEngine,
+  meta: RequestMeta,
+  who: KeyIdentity,
+  version: string,
+  onRate: (rate: RateInfo) => void = () => {},
+): Server {
   const server = new Server({ name: MCP_SERVER_NAME, version }, { capabilities: { tools: {} } });
   server.setRequestHandler(ListToolsRequestSchema, () => ({
     tools: toolsFor(who.kind).map((t) => ({
@@ -42,7 +52,9 @@ export function createMcpServer(engine: AnalyticsEngine, meta: RequestMeta, who:
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     const tool = TOOLS.find((t) => t.name === request.params.name);
     if (!tool) return toolResult(failure('not_found', `no tool "${request.params.name}"; tools/list names the ones this key may use`));
-    return toolResult(await tool.call(engine, meta, request.params.arguments ?? {}));
+    const out = await tool.call(engine, meta, request.params.arguments ?? {});
+    if (out.rate) onRate(out.rate);
+    return toolResult(out);
   });
   return server;
 }
