@@ -11,7 +11,7 @@
  * against this machine's root.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -101,7 +101,13 @@ function substitute(s: string, vars: Record<string, string>): string {
 const isRoot = () => typeof process.getuid === 'function' && process.getuid() === 0;
 
 /** Runs the recipe's build steps in `workDir` (one directory per stage) with `context` as the build context. */
-export function buildRecipe(context: string, workDir: string, log: (line: string) => void = () => {}): RecipeRun {
+export interface BuildOptions {
+  log?: (line: string) => void;
+  /** false: parse and copy, but list RUN steps as not run (a quick check of the recipe's shape and the runner's rules) */
+  execute?: boolean;
+}
+
+export function buildRecipe(context: string, workDir: string, { log = () => {}, execute = true }: BuildOptions = {}): RecipeRun {
   const instructions = parseDockerfile(readFileSync(path.join(context, RECIPE), 'utf8'));
   const args: Record<string, string> = {};
   const stages: Stage[] = [];
@@ -147,6 +153,7 @@ export function buildRecipe(context: string, workDir: string, log: (line: string
         const { options, rest } = takeOptions(raw);
         const parts = rest.split(/\s+/);
         const dest = parts.pop()!;
+        let skipped = false;
         for (const src of parts) {
           let from: string;
           if (options.from !== undefined) {
@@ -155,6 +162,10 @@ export function buildRecipe(context: string, workDir: string, log: (line: string
             from = path.join(source.root, path.posix.resolve(source.workdir, src));
           } else {
             from = path.join(context, src);
+          }
+          if (!execute && !existsSync(from)) {
+            skipped = true; // made by a RUN step that a dry build does not run
+            continue;
           }
           const to = dest.endsWith('/') || parts.length > 1 ? path.join(inStage(dest), path.basename(src)) : inStage(dest);
           mkdirSync(path.dirname(to), { recursive: true });
@@ -165,12 +176,17 @@ export function buildRecipe(context: string, workDir: string, log: (line: string
             else notRun.push(`${where} --chown=${options.chown}: this process is not root, so the files keep its owner`);
           }
         }
-        ran.push(`COPY ${raw}`);
+        if (skipped) notRun.push(`COPY ${raw} (its source comes from a RUN step of a dry build)`);
+        else ran.push(`COPY ${raw}`);
         break;
       }
       case 'RUN': {
         const absolute = raw.split(/\s+/).find((w) => /^\/(?!dev\/null$)/.test(w));
         if (absolute) throw new Error(`${where}: names ${absolute}; RUN steps must stay inside WORKDIR so CI can run them without an image`);
+        if (!execute) {
+          notRun.push(`RUN ${raw} (a dry build)`);
+          break;
+        }
         log(`RUN ${raw}`);
         const started = Date.now();
         // prefer npm's local cache: CI has just run `npm ci` for the same lockfile, so nothing needs downloading
@@ -297,23 +313,71 @@ function asUser(s: Stage, cmd: string[]): string[] {
   return ['setpriv', `--reuid=${uid}`, `--regid=${gid ?? uid}`, '--clear-groups', '--', ...cmd];
 }
 
+/**
+ * The whole check CI runs: build, start as the image's user, HEALTHCHECK, an event in and read back, the data in the
+ * volume owned by that user, a clean stop, and a second start that finds the state in the volume. Throws on the first
+ * failure; resolves to the ran / not-run report.
+ */
+export async function verifyRecipe(context: string, work: string, log: (line: string) => void = () => {}): Promise<RecipeRun> {
+  const run = buildRecipe(context, work, { log });
+  const check = (ok: boolean, what: string, image?: StartedImage) => {
+    if (!ok) throw new Error(`${what}${image ? `\n${image.output()}` : ''}`);
+    log(`ok: ${what}`);
+  };
+  const s = run.final;
+  check(run.stages.length >= 2, 'multi-stage: a build stage and a runtime stage');
+  check(s.user !== undefined && !/^0(:|$)|^root/.test(s.user), `the runtime stage runs as a non-root USER (${s.user})`);
+  check(s.volumes.length === 1 && s.env.ANALYTICS_DATA_DIR === s.volumes[0], `the data directory is the VOLUME (${s.volumes.join(' ')})`);
+  check(s.healthcheck?.cmd.join(' ').includes('/health') === true, 'the HEALTHCHECK asks /health');
+  check(!readdirSync(path.join(s.root, s.workdir, 'node_modules')).includes('typescript'), 'no dev dependency in the image');
+
+  const image = await startImage(run);
+  let key: string;
+  let projectId: string;
+  try {
+    log(`started ${s.cmd!.join(' ')} as ${isRoot() ? `uid ${s.user}` : 'this user'}: ${image.url}`);
+    check((await image.healthcheck()) === 0, 'HEALTHCHECK exits 0', image);
+    const keyFile = path.join(image.volumeDir(s.volumes[0]!), 'admin.key');
+    key = readFileSync(keyFile, 'utf8').trim();
+    if (isRoot()) check(String(statSync(keyFile).uid) === s.user!.split(':')[0], 'admin.key in the volume, written by the image user', image);
+    const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const created = await fetch(`${image.url}/projects`, { method: 'POST', headers: auth, body: '{"allowed_origins":[],"allowed_referrers":[]}' });
+    const body = (await created.json()) as { project: { id: string }; keys: { secret: string } };
+    projectId = body.project.id;
+    const sent = await fetch(`${image.url}/analytics`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${body.keys.secret}`, 'content-type': 'application/json' },
+      body: '{"event":"page_view","url":"/","sessionId":"s1"}',
+    });
+    check(sent.status === 200, `an event is accepted (${sent.status})`, image);
+  } finally {
+    const stopped = await image.stop();
+    check(stopped === 0, `${s.stopSignal ?? 'SIGTERM'} ends it with exit 0 (${stopped})`, image);
+  }
+  const again = await startImage(run);
+  try {
+    const m = await fetch(`${again.url}/metrics?projectId=${projectId}`, { headers: { authorization: `Bearer ${key}` } });
+    const figures = (await m.json()) as { pageviews?: number };
+    check(figures.pageviews === 1, 'a second start reads the state from the volume: the event is counted', again);
+  } finally {
+    await again.stop();
+  }
+  return run;
+}
+
 async function main(): Promise<void> {
   const context = fileURLToPath(new URL('../..', import.meta.url));
   const work = mkdtempSync(path.join(tmpdir(), 'analytics-recipe-'));
   chmodSync(work, 0o755);
   try {
-    const run = buildRecipe(context, work, (line) => console.log(`  ${line}`));
-    const image = await startImage(run);
-    console.log(`started ${run.final.cmd!.join(' ')} as ${isRoot() ? `uid ${run.final.user}` : 'this user'}: ${image.url}`);
-    const health = await image.healthcheck();
-    console.log(`HEALTHCHECK exit ${health}`);
-    const stopped = await image.stop();
-    console.log(`${run.final.stopSignal ?? 'SIGTERM'}: exit ${stopped}`);
+    const run = await verifyRecipe(context, work, (line) => console.log(`  ${line}`));
     console.log('ran:');
     for (const r of run.ran) console.log(`  ${r}`);
     console.log('not run:');
     for (const r of run.notRun) console.log(`  ${r}`);
-    if (health !== 0 || stopped !== 0) process.exit(1);
+  } catch (err) {
+    console.error(`the container recipe failed: ${err instanceof Error ? err.message : String(err)}`);
+    process.exitCode = 1;
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
