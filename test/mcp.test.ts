@@ -33,7 +33,20 @@ after(async () => {
   await svc.destroy();
 });
 
-async function connect(transport: Transport, key: string): Promise<Client> {
+/** One client per transport and key: each stdio client is a process, and a key's answers do not depend on its client. */
+const connected = new Map<string, Promise<Client>>();
+function connect(transport: Transport, key: string): Promise<Client> {
+  const id = `${transport} ${key}`;
+  let client = connected.get(id);
+  if (!client) {
+    client = newClient(transport, key);
+    connected.set(id, client);
+    client.catch(() => connected.delete(id));
+  }
+  return client;
+}
+
+async function newClient(transport: Transport, key: string): Promise<Client> {
   const client = new Client({ name: 'analytics-test', version: '1.0.0' });
   if (transport === 'http') {
     await client.connect(new StreamableHTTPClientTransport(new URL('/mcp', svc.url), { requestInit: { headers: { authorization: `Bearer ${key}` } } }));
