@@ -34,6 +34,8 @@ const EnvSchema = z.object({
   /** default per-client-IP bucket for pk_ keys (CONTRACT: 50/s, burst 100) */
   ANALYTICS_RATE_PER_IP: z.coerce.number().positive().default(50),
   ANALYTICS_BURST_PER_IP: z.coerce.number().positive().default(100),
+  /** Prometheus operator metrics on this port (bound to HOST); unset = off, 0 = any free port */
+  METRICS_PORT: port.optional(),
   /** quiet startup/shutdown logs (tests) */
   ANALYTICS_QUIET: bool.default(false),
   /** set by npm for `npm start`, `npm exec`/`npx` (npm's own variable, not ours) */
@@ -53,6 +55,7 @@ export interface Config {
   snapshotEveryEvents: number;
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
+  metricsPort: number | undefined;
   /**
    * Started by npm (`npm start`, `npx analytics serve`): npm forwards a signal only to the shell it spawned, and that
    * shell dies without relaying it, so the service also stops (drains) when its parent process goes away.
@@ -87,6 +90,19 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       burstPerIp: e.ANALYTICS_BURST_PER_IP,
     }),
     quiet: e.ANALYTICS_QUIET,
+    metricsPort: e.METRICS_PORT,
     stopWithParent: e.npm_command !== undefined && e.npm_command !== '',
   });
+}
+
+/** What the `analytics` CLI reads from the environment: defaults for --url, --key and --data-dir. */
+export interface CliEnv {
+  url: string | undefined;
+  key: string | undefined;
+  dataDir: string | undefined;
+}
+
+export function loadCliEnv(env: Record<string, string | undefined> = process.env): CliEnv {
+  const pick = (name: string) => (env[name] === undefined || env[name] === '' ? undefined : env[name]);
+  return { url: pick('ANALYTICS_URL'), key: pick('ANALYTICS_KEY'), dataDir: pick('ANALYTICS_DATA_DIR') };
 }

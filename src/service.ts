@@ -3,6 +3,8 @@ import type { Config } from './config.ts';
 import { Engine } from './engine/engine.ts';
 import { startGrpcServer } from './grpc/server.ts';
 import { HttpFace } from './http/server.ts';
+import { OperatorMetrics } from './engine/operator-metrics.ts';
+import { startMetricsServer } from './http/metrics-server.ts';
 
 /**
  * Wiring: one engine, two faces. `startService` is what `npm start` runs and what tests and benches start on
@@ -22,6 +24,8 @@ export interface RunningService {
   grpcPort: number;
   url: string;
   grpcAddress: string;
+  /** the operator metrics listener's port, when METRICS_PORT is set */
+  metricsPort: number | undefined;
   /** graceful: stop accepting, finish in-flight requests, snapshot, close LMDB */
   stop(): Promise<void>;
 }
@@ -33,11 +37,13 @@ export interface ServiceOptions {
 
 export async function startService(config: Readonly<Config>, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? (config.quiet ? () => {} : (line: string) => console.log(line));
-  const engineOpts = opts.now ? { config, version: VERSION, log, now: opts.now } : { config, version: VERSION, log };
+  const ops = config.metricsPort === undefined ? undefined : new OperatorMetrics();
+  const engineOpts = opts.now ? { config, version: VERSION, log, now: opts.now, ops } : { config, version: VERSION, log, ops };
   const engine = await Engine.open(engineOpts);
-  const http = new HttpFace(engine, { host: config.host, port: config.port, trustProxy: config.trustProxy });
+  const http = new HttpFace(engine, { host: config.host, port: config.port, trustProxy: config.trustProxy, ops });
   const httpPort = await http.listen();
-  const grpc = await startGrpcServer(engine, { host: config.host, port: config.grpcPort, quiet: config.quiet });
+  const grpc = await startGrpcServer(engine, { host: config.host, port: config.grpcPort, quiet: config.quiet, ops });
+  const metrics = ops && config.metricsPort !== undefined ? await startMetricsServer(ops, config.host, config.metricsPort) : undefined;
   const hostForUrl = config.host.includes(':') ? `[${config.host}]` : config.host;
   let stopping: Promise<void> | undefined;
   return {
@@ -46,10 +52,11 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     grpcPort: grpc.port,
     url: `http://${hostForUrl}:${httpPort}`,
     grpcAddress: `${hostForUrl}:${grpc.port}`,
+    metricsPort: metrics?.port,
     stop() {
       stopping ??= (async () => {
         engine.beginShutdown();
-        await Promise.all([http.close(), grpc.close(GRPC_DRAIN_MS)]);
+        await Promise.all([http.close(), grpc.close(GRPC_DRAIN_MS), metrics?.close()]);
         await engine.close();
       })();
       return stopping;

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../src/config.ts';
 import { startService, type RunningService } from '../src/service.ts';
+import { conformanceProblem } from './openapi-conformance.ts';
 
 /** A real service on port 0 over a real LMDB in a temporary directory. */
 export interface TestService {
@@ -91,6 +92,8 @@ export async function api<T = any>(base: string, route: string, opts: ApiOptions
   } catch {
     /* not JSON: keep the text */
   }
+  const problem = conformanceProblem(opts.method ?? (body !== undefined ? 'POST' : 'GET'), route, res.status, res.headers.get('content-type'), parsed);
+  if (problem) throw new Error(`answer does not conform to /openapi.json: ${problem}`);
   return { status: res.status, headers: res.headers, body: parsed as T };
 }
 

@@ -167,7 +167,7 @@ describe('keys: ak_ keys manage and read every project', () => {
     const ids = res.body.projects.map((p: { id: string }) => p.id);
     for (const p of [a, b, shop]) assert.ok(ids.includes(p.project.id));
     for (const p of res.body.projects) {
-      assert.deepEqual(Object.keys(p).sort(), ['allowed_origins', 'allowed_referrers', 'created_at', 'id', 'monthly_quota', 'name', 'timezone']);
+      assert.deepEqual(Object.keys(p).sort(), ['allowed_origins', 'allowed_referrers', 'created_at', 'id', 'monthly_quota', 'name', 'timezone', 'tracked_props']);
       assert.ok(!Number.isNaN(Date.parse(p.created_at)));
     }
     assert.doesNotMatch(JSON.stringify(res.body), /\b(sk|pk|ak)_/);

@@ -46,7 +46,7 @@ test('POST /analytics with an unknown query parameter is refused and stores noth
 });
 
 test('GET and POST /projects refuse unknown query parameters, and POST creates nothing', async () => {
-  assertNamesUnknown(await api(svc.url, '/projects?limit=5', { key: svc.adminKey }), 'limit');
+  assertNamesUnknown(await api(svc.url, '/projects?page=5', { key: svc.adminKey }), 'page'); // limit and cursor are its parameters
   const count = (await api(svc.url, '/projects', { key: svc.adminKey })).body.projects.length as number;
   assertNamesUnknown(await api(svc.url, '/projects?dryRun=1', { key: svc.adminKey, body: { name: 'nope' } }), 'dryRun');
   assert.equal((await api(svc.url, '/projects', { key: svc.adminKey })).body.projects.length, count);

@@ -57,6 +57,16 @@ async function newClient(transport: Transport, key: string): Promise<Client> {
   return client;
 }
 
+/** A read-only (rk_) key of the shared project, made once. */
+let readOnly: Promise<string> | undefined;
+function readKey(): Promise<string> {
+  readOnly ??= api(svc.url, `/projects/${project.project.id}/keys`, { key: svc.adminKey, body: { type: 'read' } }).then((r) => {
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.key as string;
+  });
+  return readOnly;
+}
+
 async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
   return (await client.callTool({ name, arguments: args })) as CallToolResult;
 }
@@ -87,6 +97,7 @@ for (const transport of ['http', 'stdio'] as const) {
       assert.deepEqual(await names(svc.adminKey), ['create_project', 'get_metrics', 'list_projects']);
       assert.deepEqual(await names(project.keys.secret), ['get_metrics', 'list_projects', 'track_event']);
       assert.deepEqual(await names(project.keys.publishable), ['track_event']);
+      assert.deepEqual(await names(await readKey()), ['get_metrics']);
 
       const admin = await connect(transport, svc.adminKey);
       const tools = Object.fromEntries((await admin.listTools()).tools.map((t) => [t.name, t]));
@@ -135,6 +146,13 @@ for (const transport of ['http', 'stdio'] as const) {
       assert.ok(all.projects.some((p: { id: string }) => p.id === created.project.id));
       const own = value(await call(await connect(transport, created.keys.secret), 'list_projects', {}));
       assert.deepEqual(own.projects.map((p: { id: string }) => p.id), [created.project.id]);
+      // paging as GET /projects pages: the same limit and cursor, the same pages
+      const first = value(await call(admin, 'list_projects', { limit: '1' }));
+      assert.equal(first.projects.length, 1);
+      const second = value(await call(admin, 'list_projects', { limit: '1', cursor: first.next_cursor }));
+      const http = await api(svc.url, `/projects?limit=1&cursor=${encodeURIComponent(first.next_cursor)}`, { key: svc.adminKey });
+      assert.deepEqual(second, http.body);
+      assert.equal(refusal(await call(admin, 'list_projects', { limit: 'ten' })).code, 'invalid_request');
     });
 
     test('refuses what the key may not do, with the error codes of the HTTP face', async () => {
@@ -148,6 +166,9 @@ for (const transport of ['http', 'stdio'] as const) {
       assert.equal(refusal(await call(sk, 'create_project', { allowed_origins: [], allowed_referrers: [] })).code, 'forbidden');
       assert.equal(refusal(await call(sk, 'get_metrics', { projectId: 'p_someoneelse' })).code, 'forbidden');
       assert.equal(refusal(await call(sk, 'no_such_tool', {})).code, 'not_found');
+      const rk = await connect(transport, await readKey());
+      assert.equal(refusal(await call(rk, 'track_event', { event: 'x' })).code, 'forbidden');
+      assert.equal(value(await call(rk, 'get_metrics', {})).projectId, project.project.id);
       // bad input: the same codes, messages and field paths as over HTTP
       const badEvent = refusal(await call(sk, 'track_event', { event: 'page_view' }));
       assert.equal(badEvent.code, 'invalid_event');

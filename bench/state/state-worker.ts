@@ -132,7 +132,7 @@ async function build(a: BuildArgs): Promise<BuildResult> {
   const toSnapshotMs = performance.now() - t;
   t = performance.now();
   const files = new SnapshotFiles(a.dir);
-  const file = await files.write(data);
+  const { file } = await files.write(data);
   const snapshotWriteMs = performance.now() - t;
   const { statSync } = await import('node:fs');
   const snapshotBytes = statSync(file).size;

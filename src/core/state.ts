@@ -47,6 +47,10 @@ export class AnalyticsState {
  * record, so folding the log always gives the same state as the live path did.
  */
 export function apply(state: AnalyticsState, seq: number, record: LogRecord): void {
+  if (record.t === 'x') {
+    state.lastSeq = seq; // erased: nothing to fold
+    return;
+  }
   const p = state.project(record.p);
   switch (record.t) {
     case 'e':

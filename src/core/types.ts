@@ -54,7 +54,12 @@ export interface BotRecord {
   rt: number;
 }
 
-export type LogRecord = StoredEvent | BotRecord;
+/** An entry whose data was erased (its project was deleted); it keeps its place in the sequence. */
+export interface ErasedRecord {
+  t: 'x';
+}
+
+export type LogRecord = StoredEvent | BotRecord | ErasedRecord;
 
 export interface RecentEvent {
   ts: number;

@@ -12,22 +12,36 @@ import type { LogRecord, MetricsResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
-import { bearerKey, generateId, generateKey, hashKey, keyHint } from './keys.ts';
-import { CreateProjectSchema, normalizeOrigin } from './project-input.ts';
+import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
+import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
+import {
+  CreateKeySchema,
+  CreateProjectSchema,
+  DEFAULT_PAGE,
+  MAX_PAGE,
+  normalizeOrigin,
+  UpdateKeySchema,
+  UpdateProjectSchema,
+} from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
 import { recoverState } from './recovery.ts';
+import type { OperatorMetrics } from './operator-metrics.ts';
 import { Snapshotter } from './snapshotter.ts';
 import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
   AnalyticsEngine,
+  CreatedKey,
   CreatedProject,
   EngineError,
   ErrorDetail,
   HealthView,
   IngestAck,
   KeyIdentity,
+  KeyView,
   MetricsQuery,
   Outcome,
+  PageQuery,
+  ProjectPage,
   ProjectView,
   RateInfo,
   RequestMeta,
@@ -49,6 +63,8 @@ interface Principal {
 
 export interface EngineOptions {
   config: Readonly<Config>;
+  /** operator metrics (METRICS_PORT); absent = not collected */
+  ops?: OperatorMetrics | undefined;
   version: string;
   /** the clock; injected so tests can move time */
   now?: () => number;
@@ -70,11 +86,14 @@ export class Engine implements AnalyticsEngine {
   /** folds run in append (= sequence) order */
   private foldTail: Promise<void> = Promise.resolve();
   private storageOk = true;
+  /** creation time of the newest project (creation times strictly increase) */
+  private lastCreatedAt = 0;
   private closing = false;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly startedAt: number;
   readonly now: () => number;
   private readonly log: (line: string) => void;
+  private ops: OperatorMetrics | undefined;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -89,7 +108,17 @@ export class Engine implements AnalyticsEngine {
     this.now = now;
     this.log = log;
     this.startedAt = now();
-    for (const p of store.listProjects()) this.projects.set(p.id, p);
+    // Map order is creation order: GET /projects pages through it.
+    const all = store.listProjects().sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    for (const p of all) this.projects.set(p.id, p);
+    this.lastCreatedAt = all.at(-1)?.createdAt ?? 0;
+    // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
+    for (const id of [...state.projects.keys()]) {
+      if (!this.projects.has(id)) {
+        state.projects.delete(id);
+        snapshotter.purgePending = true;
+      }
+    }
   }
 
   static async open(opts: EngineOptions): Promise<Engine> {
@@ -103,9 +132,16 @@ export class Engine implements AnalyticsEngine {
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
-    const snapshotter = new Snapshotter(state, files, opts.config.snapshotEveryEvents, log);
+    const ops = opts.ops;
+    const snapshotter = new Snapshotter(state, files, opts.config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
     const engine = new Engine(opts.config, opts.version, store, state, enricher, snapshotter, now, log);
+    if (ops) {
+      engine.ops = ops;
+      ops.observeState(() => engine.stats());
+    }
     await engine.bootstrapAdminKey();
+    // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
+    for (const id of store.pendingErasures()) await engine.eraseProject(id);
     engine.startTimers();
     return engine;
   }
@@ -113,6 +149,19 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- ingest
 
   async ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
+    if (!this.ops) return this.ingestBatch(meta, events);
+    const started = performance.now();
+    const out = await this.ingestBatch(meta, events);
+    const face = meta.face ?? 'http';
+    this.ops.ingestSeconds(face, (performance.now() - started) / 1000);
+    if (out.ok) {
+      const c = out.value.counts ?? { stored: 0, duplicate: 0, bot: 0 };
+      this.ops.eventOutcomes(face, { stored: c.stored, duplicate: c.duplicate, bot: c.bot });
+    } else this.ops.eventOutcomes(face, { [out.error.code]: events.length });
+    return out;
+  }
+
+  private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
@@ -209,7 +258,9 @@ export class Engine implements AnalyticsEngine {
       const appended = await this.appendAndFold(project.id, records, batchIds, stored);
       if (!appended) return fail('unavailable', 'storage is not accepting writes; nothing was stored', { retryAfterSeconds: 1 }, rate);
     }
-    return { ok: true, value: { ts: now, accepted: events.length }, rate };
+    const bots = facts.bot ? records.length : 0;
+    const counts = { stored, bot: bots, duplicate: events.length - stored - bots };
+    return { ok: true, value: { ts: now, accepted: events.length, counts }, rate };
   }
 
   private async appendAndFold(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
@@ -218,11 +269,13 @@ export class Engine implements AnalyticsEngine {
     for (const id of ids) pending.add(id);
     this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
 
+    const appendStarted = performance.now();
     const appended = this.store.append(records);
     let ok = false;
     const folded = this.foldTail.then(async () => {
       try {
         const first = await appended;
+        if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
         this.snapshotter.fold(first, records);
         this.storageOk = true;
         ok = true;
@@ -245,7 +298,7 @@ export class Engine implements AnalyticsEngine {
     const admitted = this.admit(meta);
     if (!admitted.ok) return admitted;
     const { who: { key }, rate } = admitted.value;
-    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ key', {}, rate);
+    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ or rk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
       if (!query.projectId) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
@@ -267,12 +320,33 @@ export class Engine implements AnalyticsEngine {
     return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to), rate };
   }
 
-  listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }> {
+  listProjects(meta: RequestMeta, page: PageQuery = {}): Outcome<ProjectPage> {
     const admitted = this.admitManage(meta);
     if (!admitted.ok) return admitted;
-    const { key } = admitted.value.who;
-    const visible = key.kind === 'admin' ? [...this.projects.values()] : [this.projects.get(key.projectId!)].filter((p) => p !== undefined);
-    return { ok: true, value: { projects: visible.map(view) }, rate: admitted.value.rate };
+    const { who: { key }, rate } = admitted.value;
+    const limit = page.limit ?? DEFAULT_PAGE;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+      return fail('invalid_request', `limit must be an integer from 1 to ${MAX_PAGE}`, {}, rate);
+    }
+    let after: [number, string] | undefined;
+    if (page.cursor !== undefined) {
+      after = decodeCursor(page.cursor);
+      if (!after) return fail('invalid_request', 'cursor is not one this service gave out; pass next_cursor as it was returned', {}, rate);
+    }
+    const visible = key.kind === 'admin' ? this.projects.values() : [this.projects.get(key.projectId!)].filter((p) => p !== undefined);
+    const projects: ProjectView[] = [];
+    let more = false;
+    let last: ProjectRecord | undefined;
+    for (const p of visible) {
+      if (after && !isAfter(p, after)) continue;
+      if (projects.length === limit) {
+        more = true;
+        break;
+      }
+      projects.push(view(p));
+      last = p;
+    }
+    return { ok: true, value: { projects, next_cursor: more && last ? encodeCursor(last) : null }, rate };
   }
 
   async createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>> {
@@ -288,7 +362,9 @@ export class Engine implements AnalyticsEngine {
       return fail('invalid_request', 'invalid project', { details }, rate);
     }
     const input = parsed.data;
-    const now = this.now();
+    // Creation times strictly increase, so (created_at, id) order is Map order and cursors never skip a project.
+    const now = Math.max(this.now(), this.lastCreatedAt + 1);
+    this.lastCreatedAt = now;
     const project: ProjectRecord = {
       id: generateId('p_'),
       name: input.name ?? 'Untitled project',
@@ -309,9 +385,16 @@ export class Engine implements AnalyticsEngine {
     }
     const secret = generateKey('secret');
     const publishable = generateKey('publishable');
-    const record = (kind: 'secret' | 'publishable'): KeyRecord => ({ kind, projectId: project.id, ownerId: key.ownerId, createdAt: now });
+    const record = (kind: 'secret' | 'publishable', k: string): KeyRecord => ({
+      kind,
+      projectId: project.id,
+      ownerId: key.ownerId,
+      createdAt: now,
+      id: generateId('key_'),
+      hint: keyHint(k),
+    });
     try {
-      await this.store.putProject(project, [[hashKey(secret), record('secret')], [hashKey(publishable), record('publishable')]]);
+      await this.store.putProject(project, [[hashKey(secret), record('secret', secret)], [hashKey(publishable), record('publishable', publishable)]]);
     } catch (err) {
       this.storageOk = false;
       this.log(`project write failed: ${err instanceof Error ? err.message : String(err)}`);
@@ -319,6 +402,152 @@ export class Engine implements AnalyticsEngine {
     }
     this.projects.set(project.id, project);
     return { ok: true, value: { project: view(project), keys: { secret, publishable } }, rate };
+  }
+
+  async updateProject(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ project: ProjectView }>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { project, rate } = gate.value;
+    const guard = guardJson(body);
+    if (!guard.ok) return fail('invalid_request', guard.message, { details: [{ path: guard.path, message: guard.message }] }, rate);
+    if (isRecord(body) && 'timezone' in body) {
+      return fail('invalid_request', 'timezone cannot change: past days were counted in it; create a new project instead', {
+        details: [{ path: 'timezone', message: 'cannot be changed' }],
+      }, rate);
+    }
+    const parsed = UpdateProjectSchema.safeParse(body);
+    if (!parsed.success) return fail('invalid_request', 'invalid project update', { details: zodDetails(parsed.error.issues) }, rate);
+    const input = parsed.data;
+    const next: ProjectRecord = { ...project };
+    if (input.name !== undefined) next.name = input.name;
+    if (input.allowed_origins !== undefined) next.allowedOrigins = [...new Set(input.allowed_origins.map(normalizeOrigin))];
+    if (input.allowed_referrers !== undefined) next.allowedReferrers = [...new Set(input.allowed_referrers.map((h) => h.toLowerCase()))];
+    if (input.monthly_quota !== undefined) next.monthlyQuota = input.monthly_quota;
+    if (input.tracked_props !== undefined) next.trackedProps = [...new Set(input.tracked_props)];
+    if (input.rate_limit !== undefined) {
+      const r = input.rate_limit;
+      next.rate = {};
+      if (r.per_key !== undefined) next.rate.perKey = r.per_key;
+      if (r.burst_per_key !== undefined) next.rate.burstPerKey = r.burst_per_key;
+      if (r.per_ip !== undefined) next.rate.perIp = r.per_ip;
+      if (r.burst_per_ip !== undefined) next.rate.burstPerIp = r.burst_per_ip;
+    }
+    const written = await this.write(() => this.store.updateProject(next), rate);
+    if (written) return written;
+    if (this.projects.has(projectId)) this.projects.set(projectId, next); // a delete may have raced the write
+    return { ok: true, value: { project: view(next) }, rate };
+  }
+
+  async deleteProject(meta: RequestMeta, projectId: string): Promise<Outcome<{ ok: true }>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { rate } = gate.value;
+    // Gone for every request from here on: its keys answer 401, its metrics 404, nothing more is appended for it.
+    this.projects.delete(projectId);
+    const removed = await this.write(() => this.store.deleteProject(projectId), rate);
+    if (removed) return removed;
+    await this.foldTail; // batches appended before the delete are folded (and so erased below)
+    const erased = await this.write(() => this.eraseProject(projectId), rate);
+    if (erased) return erased;
+    return { ok: true, value: { ok: true }, rate };
+  }
+
+  /** Erases a deleted project's events from the log, its state, and every snapshot file. */
+  private async eraseProject(projectId: string): Promise<void> {
+    const n = await this.store.eraseProjectEvents(projectId);
+    this.state.projects.delete(projectId);
+    this.pendingIds.delete(projectId);
+    this.pendingCounts.delete(projectId);
+    // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
+    await this.snapshotter.snapshot({ replaceAll: true });
+    this.log(`project ${projectId} deleted; ${n} log entries erased`);
+  }
+
+  listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }> {
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const keys = this.store
+      .listKeys(projectId)
+      .sort(([, a], [, b]) => a.createdAt - b.createdAt)
+      .map(([hash, record]) => keyView(hash, record));
+    return { ok: true, value: { keys }, rate: gate.value.rate };
+  }
+
+  async createKey(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<CreatedKey>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { project, rate } = gate.value;
+    const parsed = CreateKeySchema.safeParse(body);
+    if (!parsed.success) return fail('invalid_request', 'invalid key request', { details: zodDetails(parsed.error.issues) }, rate);
+    const now = this.now();
+    const record: KeyRecord = { kind: parsed.data.type, projectId: project.id, ownerId: project.ownerId, createdAt: now, id: generateId('key_') };
+    if (parsed.data.expires_at !== undefined) {
+      const at = Date.parse(parsed.data.expires_at);
+      if (at <= now) return fail('invalid_request', 'expires_at must be in the future', { details: [{ path: 'expires_at', message: 'must be in the future' }] }, rate);
+      record.expiresAt = at;
+    }
+    const key = generateKey(parsed.data.type);
+    record.hint = keyHint(key);
+    const hash = hashKey(key);
+    const written = await this.write(() => this.store.putKey(hash, record), rate);
+    if (written) return written;
+    return { ok: true, value: { key, ...keyView(hash, record) }, rate };
+  }
+
+  async updateKey(meta: RequestMeta, projectId: string, keyId: string, body: unknown): Promise<Outcome<KeyView>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { rate } = gate.value;
+    const parsed = UpdateKeySchema.safeParse(body);
+    if (!parsed.success) return fail('invalid_request', 'invalid key update', { details: zodDetails(parsed.error.issues) }, rate);
+    const keys = this.store.listKeys(projectId);
+    const found = keys.find(([hash, r]) => keyIdOf(r, hash) === keyId);
+    if (!found) return fail('not_found', `no key "${keyId}" in project "${projectId}"`, {}, rate);
+    const [hash, record] = found;
+    const now = this.now();
+    const at = Date.parse(parsed.data.expires_at);
+    if (at <= now) return fail('invalid_request', 'expires_at must be in the future', { details: [{ path: 'expires_at', message: 'must be in the future' }] }, rate);
+    if (record.kind === 'secret' && !keys.some(([h, r]) => h !== hash && r.kind === 'secret' && (r.expiresAt === undefined || r.expiresAt > at))) {
+      return fail('conflict', 'a project keeps at least one secret key: create another one (keys rotate) first', {}, rate);
+    }
+    const next: KeyRecord = { ...record, expiresAt: at };
+    const written = await this.write(() => this.store.putKey(hash, next), rate);
+    if (written) return written;
+    return { ok: true, value: keyView(hash, next), rate };
+  }
+
+  async revokeKey(meta: RequestMeta, projectId: string, keyId: string): Promise<Outcome<{ ok: true }>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { rate } = gate.value;
+    const keys = this.store.listKeys(projectId);
+    const found = keys.find(([hash, r]) => keyIdOf(r, hash) === keyId);
+    if (!found) return fail('not_found', `no key "${keyId}" in project "${projectId}"`, {}, rate);
+    const [hash, record] = found;
+    const now = this.now();
+    if (record.kind === 'secret' && !keys.some(([h, r]) => h !== hash && r.kind === 'secret' && isLive(r, now))) {
+      return fail('conflict', 'this is the project\'s last secret key: create another one before revoking it', {}, rate);
+    }
+    const written = await this.write(() => this.store.deleteKey(hash), rate);
+    if (written) return written;
+    return { ok: true, value: { ok: true }, rate };
+  }
+
+  /** Runs a storage write; a failure marks storage unhealthy and becomes 503. */
+  private async write(run: () => Promise<unknown>, rate: RateInfo): Promise<Fail | undefined> {
+    try {
+      await run();
+      return undefined;
+    } catch (err) {
+      this.storageOk = false;
+      this.log(`storage write failed: ${err instanceof Error ? err.message : String(err)}`);
+      return fail('unavailable', 'storage is not accepting writes', { retryAfterSeconds: 1 }, rate);
+    }
   }
 
   health(): HealthView {
@@ -337,6 +566,10 @@ export class Engine implements AnalyticsEngine {
     const keyHash = hashKey(key);
     const record = this.store.getKey(keyHash);
     if (!record) return fail('unauthorized', 'unknown or revoked API key', {}, this.unspentRate());
+    if (!isLive(record, this.now())) return fail('unauthorized', 'the API key has expired', {}, this.unspentRate());
+    if (record.projectId !== undefined && !this.projects.has(record.projectId)) {
+      return fail('unauthorized', 'the key\'s project was deleted', {}, this.unspentRate());
+    }
     return { ok: true, value: { key: record, keyHash } };
   }
 
@@ -369,6 +602,7 @@ export class Engine implements AnalyticsEngine {
     if (key.kind === 'admin' || key.projectId === undefined) {
       return fail('forbidden', 'admin keys cannot ingest; use the project\'s sk_ or pk_ key', {}, rate);
     }
+    if (key.kind === 'read') return fail('forbidden', 'rk_ keys are read-only; ingest with the sk_ or pk_ key', {}, rate);
     const project = this.projects.get(key.projectId);
     if (!project) return fail('unauthorized', 'the key\'s project no longer exists', {}, rate);
     const scope = this.checkOrigin(project, key, meta, rate);
@@ -382,12 +616,24 @@ export class Engine implements AnalyticsEngine {
     if (!admitted.ok) return admitted;
     const { who: { key }, rate } = admitted.value;
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest', {}, rate);
+    if (key.kind === 'read') return fail('forbidden', 'rk_ keys can only read metrics', {}, rate);
     const own = key.projectId === undefined ? undefined : this.projects.get(key.projectId);
     if (own) {
       const scope = this.checkOrigin(own, key, meta, rate);
       if (scope) return scope;
     }
     return admitted;
+  }
+
+  /** The gate of /projects/{id}[/keys...]: an admin key, or a secret key of that very project. */
+  private admitProject(meta: RequestMeta, projectId: string): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
+    const admitted = this.admitManage(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
+    if (key.kind !== 'admin' && key.projectId !== projectId) return fail('forbidden', 'the key belongs to another project', {}, rate);
+    const project = this.projects.get(projectId);
+    if (!project) return fail('not_found', `no project "${projectId}"`, {}, rate);
+    return { ok: true, value: { project, rate } };
   }
 
   /**
@@ -511,6 +757,13 @@ export class Engine implements AnalyticsEngine {
     await this.store.close();
   }
 
+  /** For operator metrics: what is held, read at scrape time. */
+  stats(): { projects: number; liveDays: number; sealedDays: number } {
+    let liveDays = 0;
+    for (const p of this.state.projects.values()) liveDays += p.days.size;
+    return { projects: this.projects.size, liveDays, sealedDays: 0 };
+  }
+
   /** For tests and benches: write a snapshot now. */
   async snapshotNow(): Promise<void> {
     await this.snapshotter.snapshot();
@@ -526,6 +779,7 @@ function view(p: ProjectRecord): ProjectView {
     timezone: p.timezone,
     monthly_quota: p.monthlyQuota,
     created_at: new Date(p.createdAt).toISOString(),
+    tracked_props: p.trackedProps ?? [],
   };
 }
 

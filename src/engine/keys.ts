@@ -11,8 +11,8 @@ const KEY_BYTES = 24;
 /** 12 bytes = 96 bits: ids are not secrets, only unique. */
 const ID_BYTES = 12;
 
-export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_' };
-const KEY_SHAPE = /^(ak|sk|pk)_[A-Za-z0-9_-]{22,128}$/;
+export const KEY_PREFIX: Record<KeyKind, string> = { admin: 'ak_', secret: 'sk_', publishable: 'pk_', read: 'rk_' };
+const KEY_SHAPE = /^(ak|sk|pk|rk)_[A-Za-z0-9_-]{22,128}$/;
 
 export function generateKey(kind: KeyKind): string {
   return KEY_PREFIX[kind] + randomBytes(KEY_BYTES).toString('base64url');
@@ -37,4 +37,9 @@ export function bearerKey(header: string | undefined): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!m || !KEY_SHAPE.test(m[1]!)) return undefined;
   return m[1];
+}
+
+/** The public id of a key; keys stored before ids existed get one derived from their hash (not from the key). */
+export function keyIdOf(record: { id?: string }, hash: string): string {
+  return record.id ?? `key_${hash.slice(0, 16)}`;
 }

@@ -52,3 +52,34 @@ export type CreateProjectInput = z.infer<typeof CreateProjectSchema>;
 export function normalizeOrigin(s: string): string {
   return new URL(s).origin;
 }
+
+/** CONTRACT (Insights): at most 10 tracked eventParams keys, each ≤ 40 chars like any eventParams key. */
+const MAX_TRACKED_PROPS = 10;
+const MAX_PARAM_KEY = 40;
+
+/** The body of PATCH /projects/{id} (and UpdateProject): any field of creation but `timezone` (days are counted in it). */
+export const UpdateProjectSchema = z.strictObject({
+  name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
+  allowed_origins: z.array(origin).max(MAX_ALLOWED_ENTRIES).optional(),
+  allowed_referrers: z.array(z.string().regex(HOSTNAME, 'must be a host name like example.com')).max(MAX_ALLOWED_ENTRIES).optional(),
+  monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
+  rate_limit: CreateProjectSchema.shape.rate_limit,
+  tracked_props: z.array(z.string().min(1).max(MAX_PARAM_KEY)).max(MAX_TRACKED_PROPS).optional(),
+});
+
+export type UpdateProjectInput = z.infer<typeof UpdateProjectSchema>;
+
+/** The body of POST /projects/{id}/keys (and CreateKey). */
+export const CreateKeySchema = z.strictObject({
+  type: z.enum(['secret', 'publishable', 'read']),
+  expires_at: z.iso.datetime({ offset: true }).optional(),
+});
+
+/** The body of PATCH /projects/{id}/keys/{keyId}: set (or move) a key's expiry, as `keys rotate --overlap` does. */
+export const UpdateKeySchema = z.strictObject({
+  expires_at: z.iso.datetime({ offset: true }),
+});
+
+/** A page of GET /projects (and ListProjects): CONTRACT limit 1–1,000, default 100. */
+export const MAX_PAGE = 1000;
+export const DEFAULT_PAGE = 100;

@@ -11,12 +11,16 @@ import type { SnapshotFiles } from '../store/snapshot-files.ts';
 export class Snapshotter {
   private lastSnapshotSeq: number;
   private writing: Promise<void> | undefined;
+  /** the next snapshot replaces every older file (state was dropped that older files still hold) */
+  purgePending = false;
 
   constructor(
     private readonly state: AnalyticsState,
     private readonly files: SnapshotFiles,
     private readonly everyEvents: number,
     private readonly log: (line: string) => void,
+    /** reports each written snapshot: seconds from capture to durable file, and its size */
+    private readonly onWritten?: (seconds: number, bytes: number) => void,
   ) {
     this.lastSnapshotSeq = state.lastSeq;
   }
@@ -30,13 +34,18 @@ export class Snapshotter {
     if (this.state.lastSeq !== this.lastSnapshotSeq) await this.snapshot();
   }
 
-  async snapshot(): Promise<void> {
+  /** `replaceAll`: delete every other snapshot file once this one is written (after an erasure). */
+  async snapshot(opts: { replaceAll?: boolean } = {}): Promise<void> {
     while (this.writing) await this.writing;
+    const started = performance.now();
     const data = toSnapshot(this.state);
+    const replaceAll = opts.replaceAll === true || this.purgePending;
+    this.purgePending = false;
     this.writing = this.files
-      .write(data)
-      .then(() => {
+      .write(data, { replaceAll })
+      .then(({ bytes }) => {
         this.lastSnapshotSeq = data.lastSeq;
+        this.onWritten?.((performance.now() - started) / 1000, bytes);
       })
       .catch((err: unknown) => this.log(`snapshot failed: ${err instanceof Error ? err.message : String(err)}`))
       .finally(() => {

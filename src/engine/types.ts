@@ -14,6 +14,7 @@ export type ErrorCode =
   | 'forbidden'
   | 'not_found'
   | 'method_not_allowed'
+  | 'conflict'
   | 'payload_too_large'
   | 'unsupported_media_type'
   | 'rate_limited'
@@ -66,11 +67,15 @@ export interface RequestMeta {
   ip: string;
   /** raw User-Agent (never stored) */
   userAgent: string;
+  /** which face the request came through (operator metrics label); absent = http */
+  face?: 'http' | 'grpc';
 }
 
 export interface IngestAck {
   ts: number;
   accepted: number;
+  /** what became of the events (operator metrics); faces answer only ts and accepted */
+  counts?: { stored: number; duplicate: number; bot: number };
 }
 
 export interface MetricsQuery {
@@ -88,6 +93,35 @@ export interface ProjectView {
   timezone: string;
   monthly_quota: number;
   created_at: string;
+  tracked_props: string[];
+}
+
+/** A page of GET /projects: `next_cursor` is opaque, null on the last page. */
+export interface ProjectPage {
+  projects: ProjectView[];
+  next_cursor: string | null;
+}
+
+export interface PageQuery {
+  /** 1–1,000; absent = 100 */
+  limit?: number | undefined;
+  cursor?: string | undefined;
+}
+
+export type KeyType = 'secret' | 'publishable' | 'read';
+
+/** A key as listed: never the key itself. */
+export interface KeyView {
+  id: string;
+  type: KeyType;
+  hint: string;
+  created_at: string;
+  expires_at: string | null;
+}
+
+/** A new key: the key is shown only here. */
+export interface CreatedKey extends KeyView {
+  key: string;
 }
 
 export interface CreatedProject {
@@ -113,8 +147,16 @@ export interface AnalyticsEngine {
   /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>>;
   metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse>;
-  listProjects(meta: RequestMeta): Outcome<{ projects: ProjectView[] }>;
+  listProjects(meta: RequestMeta, page?: PageQuery): Outcome<ProjectPage>;
   createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
+  updateProject(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ project: ProjectView }>>;
+  /** Deletes the project and erases its events from the log and every file (a snapshot is written at once). */
+  deleteProject(meta: RequestMeta, projectId: string): Promise<Outcome<{ ok: true }>>;
+  listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }>;
+  createKey(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<CreatedKey>>;
+  /** Sets a key's expiry (key rotation with an overlap). */
+  updateKey(meta: RequestMeta, projectId: string, keyId: string, body: unknown): Promise<Outcome<KeyView>>;
+  revokeKey(meta: RequestMeta, projectId: string, keyId: string): Promise<Outcome<{ ok: true }>>;
   /**
    * For a body the face could not even parse (wrong type, too large, not JSON): runs the endpoint's gate (key,
    * rate limit, scope) and answers `error` only if the gate passes, so precedence and RateLimit-* match the rest.

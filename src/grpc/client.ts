@@ -33,6 +33,7 @@ export interface CallOptions {
 }
 
 type Method = (typeof AnalyticsService.method)[keyof typeof AnalyticsService.method];
+type UnaryName = Exclude<keyof typeof AnalyticsService.method, 'ingestStream'>;
 type StreamRequestInit = MessageInitShape<typeof IngestStreamRequestSchema>;
 
 export class AnalyticsClient {
@@ -55,8 +56,17 @@ export class AnalyticsClient {
     return this.#unary(AnalyticsService.method.getMetrics, request, opts);
   }
 
-  listProjects(opts?: CallOptions): Promise<ListProjectsResponse> {
-    return this.#unary(AnalyticsService.method.listProjects, {}, opts);
+  listProjects(opts?: CallOptions, page: MessageInitShape<typeof AnalyticsService.method.listProjects.input> = {}): Promise<ListProjectsResponse> {
+    return this.#unary(AnalyticsService.method.listProjects, page, opts);
+  }
+
+  /** Any unary method by its local name (`updateProject`, `listKeys`, `revokeKey`, ...). */
+  call<N extends UnaryName>(
+    name: N,
+    request: MessageInitShape<(typeof AnalyticsService.method)[N]['input']>,
+    opts?: CallOptions,
+  ): Promise<MessageShape<(typeof AnalyticsService.method)[N]['output']>> {
+    return this.#unary(AnalyticsService.method[name], request as never, opts) as never;
   }
 
   createProject(

@@ -6,6 +6,7 @@ import type { IngestStreamResponse } from '../gen/analytics/v1/analytics_pb.ts';
 import type { AnalyticsEngine, EngineError, RateInfo } from '../engine/types.ts';
 import { requestMeta } from './request-meta.ts';
 import { decode, eventsToPlain } from './request-to-plain.ts';
+import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { rateMetadata, toStatus } from './status.ts';
 
 /**
@@ -35,6 +36,7 @@ export function ingestStreamHandler(
   engine: AnalyticsEngine,
   open: Set<StreamDrain>,
   onFault: (err: unknown) => void,
+  ops?: OperatorMetrics,
 ): (call: ServerDuplexStream<Buffer, IngestStreamResponse>) => void {
   return (call) => {
     const meta = requestMeta(call);
@@ -48,6 +50,8 @@ export function ingestStreamHandler(
     const finish = (failure?: StatusObject): void => {
       if (done) return;
       done = true;
+      // One request per call: ok, or the engine code the call ended with (shutdown: unavailable).
+      ops?.request('grpc', 'IngestStream', failure === undefined ? 'ok' : (failure.metadata?.get('error-code')[0] as string | undefined) ?? 'unavailable');
       open.delete(drain);
       call.pause();
       if (failure === undefined) call.end(rateMetadata(lastRate));

@@ -40,5 +40,6 @@ export function requestMeta(call: { metadata: Metadata; getPeer(): string }): Re
     referer: undefined,
     ip: peerIp(call.getPeer()),
     userAgent: visitorUserAgent(first(call.metadata, 'user-agent') ?? ''),
+    face: 'grpc',
   };
 }

@@ -1,7 +1,10 @@
 import { fromBinary } from '@bufbuild/protobuf';
 import type { DescMessage, JsonObject, MessageShape } from '@bufbuild/protobuf';
 import type {
+  CreateKeyRequest,
   CreateProjectRequest,
+  RateLimit,
+  UpdateProjectRequest,
   Event,
   GetMetricsRequest,
   Item,
@@ -170,6 +173,34 @@ export function metricsQuery(req: GetMetricsRequest): MetricsQuery {
   if (req.to !== undefined) query.to = req.to;
   if (req.projectId !== undefined) query.projectId = req.projectId;
   return query;
+}
+
+/** UpdateProjectRequest → the body of `PATCH /projects/{id}`: only the fields that are set. */
+export function updateProjectBody(req: UpdateProjectRequest): Plain {
+  const body: Plain = {};
+  if (req.name !== undefined) body.name = req.name;
+  if (req.allowedOrigins !== undefined) body.allowed_origins = [...req.allowedOrigins.values];
+  if (req.allowedReferrers !== undefined) body.allowed_referrers = [...req.allowedReferrers.values];
+  if (req.monthlyQuota !== undefined) body.monthly_quota = Number(req.monthlyQuota);
+  if (req.trackedProps !== undefined) body.tracked_props = [...req.trackedProps.values];
+  if (req.rateLimit !== undefined) body.rate_limit = rateLimitBody(req.rateLimit);
+  return body;
+}
+
+/** CreateKeyRequest → the body of `POST /projects/{id}/keys`. */
+export function createKeyBody(req: CreateKeyRequest): Plain {
+  const body: Plain = { type: req.type };
+  if (req.expiresAt !== undefined) body.expires_at = req.expiresAt;
+  return body;
+}
+
+function rateLimitBody(r: RateLimit): Plain {
+  const rate: Plain = {};
+  if (r.perKey !== undefined) rate.per_key = r.perKey;
+  if (r.burstPerKey !== undefined) rate.burst_per_key = r.burstPerKey;
+  if (r.perIp !== undefined) rate.per_ip = r.perIp;
+  if (r.burstPerIp !== undefined) rate.burst_per_ip = r.burstPerIp;
+  return rate;
 }
 
 /** CreateProjectRequest → the body of `POST /projects`. Repeated fields are always present (absent = empty). */

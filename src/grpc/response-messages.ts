@@ -1,10 +1,17 @@
 import { create } from '@bufbuild/protobuf';
 import {
+  CreateKeyResponseSchema,
   CreateProjectResponseSchema,
   GetMetricsResponseSchema,
+  ListKeysResponseSchema,
   ListProjectsResponseSchema,
+  UpdateProjectResponseSchema,
 } from '../gen/analytics/v1/analytics_pb.ts';
 import type {
+  ApiKey,
+  CreateKeyResponse,
+  ListKeysResponse,
+  UpdateProjectResponse,
   BreakdownEntry,
   CreateProjectResponse,
   GetMetricsResponse,
@@ -12,7 +19,7 @@ import type {
   Project,
 } from '../gen/analytics/v1/analytics_pb.ts';
 import type { Breakdown, MetricsResponse } from '../core/types.ts';
-import type { CreatedProject, ProjectView } from '../engine/types.ts';
+import type { CreatedKey, CreatedProject, KeyView, ProjectPage, ProjectView } from '../engine/types.ts';
 
 /**
  * Engine results → response messages, field for field with the HTTP JSON, so GetMetrics carries everything
@@ -74,11 +81,28 @@ function project(p: ProjectView): Omit<Project, '$typeName'> {
     timezone: p.timezone,
     monthlyQuota: BigInt(p.monthly_quota),
     createdAt: p.created_at,
+    trackedProps: [...p.tracked_props],
   };
 }
 
-export function projectsMessage(list: { projects: ProjectView[] }): ListProjectsResponse {
-  return create(ListProjectsResponseSchema, { projects: list.projects.map(project) });
+export function projectsMessage(page: ProjectPage): ListProjectsResponse {
+  return create(ListProjectsResponseSchema, { projects: page.projects.map(project), nextCursor: page.next_cursor ?? '' });
+}
+
+export function updatedProjectMessage(u: { project: ProjectView }): UpdateProjectResponse {
+  return create(UpdateProjectResponseSchema, { project: project(u.project) });
+}
+
+function apiKey(k: KeyView): Omit<ApiKey, '$typeName'> {
+  return { id: k.id, type: k.type, hint: k.hint, createdAt: k.created_at, expiresAt: k.expires_at ?? '' };
+}
+
+export function keysMessage(list: { keys: KeyView[] }): ListKeysResponse {
+  return create(ListKeysResponseSchema, { keys: list.keys.map(apiKey) });
+}
+
+export function createdKeyMessage(k: CreatedKey): CreateKeyResponse {
+  return create(CreateKeyResponseSchema, { key: k.key, info: apiKey(k) });
 }
 
 export function createdProjectMessage(c: CreatedProject): CreateProjectResponse {

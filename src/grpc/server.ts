@@ -5,22 +5,39 @@ import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
 import {
   AnalyticsService,
+  CreateKeyRequestSchema,
   CreateProjectRequestSchema,
+  DeleteProjectRequestSchema,
+  DeleteProjectResponseSchema,
   GetMetricsRequestSchema,
+  ListKeysRequestSchema,
+  RevokeKeyRequestSchema,
+  RevokeKeyResponseSchema,
+  UpdateKeyRequestSchema,
+  UpdateKeyResponseSchema,
+  UpdateProjectRequestSchema,
   IngestRequestSchema,
   IngestResponseSchema,
   ListProjectsRequestSchema,
   file_analytics_v1_analytics,
 } from '../gen/analytics/v1/analytics_pb.ts';
 import { MAX_BODY_BYTES } from '../core/limits.ts';
+import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
 import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
-import { createProjectBody, decode, eventsToPlain, metricsQuery } from './request-to-plain.ts';
-import { createdProjectMessage, metricsMessage, projectsMessage } from './response-messages.ts';
+import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, updateProjectBody } from './request-to-plain.ts';
+import {
+  createdKeyMessage,
+  createdProjectMessage,
+  keysMessage,
+  metricsMessage,
+  projectsMessage,
+  updatedProjectMessage,
+} from './response-messages.ts';
 import { serverDefinition } from './service-definition.ts';
 import { rateMetadata, toStatus } from './status.ts';
 
@@ -52,7 +69,10 @@ function unary<I extends DescMessage, O extends Message>(
   gate: Gate,
   run: (request: MessageShape<I>, meta: RequestMeta) => Outcome<O> | Promise<Outcome<O>>,
   onFault: (err: unknown) => void,
+  ops?: OperatorMetrics,
 ): UnaryHandler {
+  // The method name, e.g. "analytics.v1.AnalyticsService.Ingest" → "Ingest".
+  const endpoint = input.typeName.replace(/^.*\./, '').replace(/Request$/, '');
   return (call, callback) => {
     Promise.resolve()
       .then(() => {
@@ -63,10 +83,12 @@ function unary<I extends DescMessage, O extends Message>(
       })
       .then(
         (outcome) => {
+          ops?.request('grpc', endpoint, outcome.ok ? 'ok' : outcome.error.code);
           if (outcome.ok) callback(null, outcome.value, rateMetadata(outcome.rate));
           else callback(toStatus(outcome.error, outcome.rate));
         },
         (err: unknown) => {
+          ops?.request('grpc', endpoint, 'internal');
           onFault(err);
           callback({ code: status.INTERNAL, details: 'internal error' });
         },
@@ -84,7 +106,7 @@ function listenAddress(host: string, port: number): string {
 
 export async function startGrpcServer(
   engine: AnalyticsEngine,
-  opts: { host: string; port: number; quiet?: boolean },
+  opts: { host: string; port: number; quiet?: boolean; ops?: OperatorMetrics | undefined },
 ): Promise<{ port: number; close(graceMs?: number): Promise<void> }> {
   // Faults are logged even when quiet: they are bugs, and the caller only ever sees "internal error".
   const onFault = (err: unknown): void => console.error('grpc handler fault:', err);
@@ -106,8 +128,9 @@ export async function startGrpcServer(
         return withValue(ack, (a) => create(IngestResponseSchema, { accepted: a.accepted, ts: BigInt(a.ts) }));
       },
       onFault,
+      opts.ops,
     ),
-    ingestStream: ingestStreamHandler(engine, streams, onFault),
+    ingestStream: ingestStreamHandler(engine, streams, onFault, opts.ops),
     // Metrics has no gate of its own for wire errors; 'manage' admits the same keys (admin, sk_) as a metrics read.
     getMetrics: unary(
       engine,
@@ -115,13 +138,16 @@ export async function startGrpcServer(
       'manage',
       (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
       onFault,
+      opts.ops,
     ),
     listProjects: unary(
       engine,
       ListProjectsRequestSchema,
       'manage',
-      (_req, meta) => withValue(engine.listProjects(meta), projectsMessage),
+      (req, meta) =>
+        withValue(engine.listProjects(meta, { limit: req.limit === 0 ? undefined : req.limit, cursor: req.cursor === '' ? undefined : req.cursor }), projectsMessage),
       onFault,
+      opts.ops,
     ),
     createProject: unary(
       engine,
@@ -129,6 +155,51 @@ export async function startGrpcServer(
       'manage',
       async (req, meta) => withValue(await engine.createProject(meta, createProjectBody(req)), createdProjectMessage),
       onFault,
+      opts.ops,
+    ),
+    updateProject: unary(
+      engine,
+      UpdateProjectRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.updateProject(meta, req.projectId, updateProjectBody(req)), updatedProjectMessage),
+      onFault,
+      opts.ops,
+    ),
+    deleteProject: unary(
+      engine,
+      DeleteProjectRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.deleteProject(meta, req.projectId), () => create(DeleteProjectResponseSchema)),
+      onFault,
+      opts.ops,
+    ),
+    listKeys: unary(engine, ListKeysRequestSchema, 'manage', (req, meta) => withValue(engine.listKeys(meta, req.projectId), keysMessage), onFault, opts.ops),
+    createKey: unary(
+      engine,
+      CreateKeyRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.createKey(meta, req.projectId, createKeyBody(req)), createdKeyMessage),
+      onFault,
+      opts.ops,
+    ),
+    updateKey: unary(
+      engine,
+      UpdateKeyRequestSchema,
+      'manage',
+      async (req, meta) =>
+        withValue(await engine.updateKey(meta, req.projectId, req.keyId, { expires_at: req.expiresAt }), (k) =>
+          create(UpdateKeyResponseSchema, { key: { id: k.id, type: k.type, hint: k.hint, createdAt: k.created_at, expiresAt: k.expires_at ?? '' } }),
+        ),
+      onFault,
+      opts.ops,
+    ),
+    revokeKey: unary(
+      engine,
+      RevokeKeyRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.revokeKey(meta, req.projectId, req.keyId), () => create(RevokeKeyResponseSchema)),
+      onFault,
+      opts.ops,
     ),
   });
 

@@ -73,6 +73,8 @@ function statusCodeOf(code: EngineError['code']): status {
       return status.NOT_FOUND;
     case 'method_not_allowed':
       return status.UNIMPLEMENTED;
+    case 'conflict':
+      return status.FAILED_PRECONDITION;
     case 'unavailable':
       return status.UNAVAILABLE;
     case 'internal':

@@ -2,10 +2,21 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
-import { failure, type AnalyticsEngine, type EngineError, type ErrorCode, type Failure, type RateInfo, type RequestMeta } from '../engine/types.ts';
+import {
+  failure,
+  type AnalyticsEngine,
+  type EngineError,
+  type ErrorCode,
+  type Failure,
+  type Outcome,
+  type RateInfo,
+  type RequestMeta,
+} from '../engine/types.ts';
 import { serveMcp } from '../mcp/http-endpoint.ts';
 import { buildTracker } from '../tracker/build.ts';
-import { checkQuery, type MetricsQueryParams } from './query-schemas.ts';
+import type { OperatorMetrics } from '../engine/operator-metrics.ts';
+import { openApiDocument } from './openapi.ts';
+import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams } from './query-schemas.ts';
 import { readBody } from './read-body.ts';
 
 /**
@@ -41,10 +52,23 @@ export interface HttpOptions {
   keepAliveTimeoutMs?: number;
   /** how often Node checks requests against headersTimeout/requestTimeout */
   connectionsCheckingIntervalMs?: number;
+  /** operator metrics: requests by endpoint and outcome */
+  ops?: OperatorMetrics | undefined;
 }
 
 /** `query` has passed the route's schema in query-schemas.ts (routes without one: every parameter, first value). */
-type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Record<string, string>) => Promise<void> | void;
+type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Record<string, string>, params: string[]) => Promise<void> | void;
+
+/** Routes with path parameters (`{id}`, `{keyId}`: one path segment each), tried after the exact routes. */
+const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
+const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
+const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
+/** Route templates: query schemas and metrics labels are per template (never per id: that would be unbounded). */
+const PARAM_TEMPLATES = new Map([
+  [PROJECT_ROUTE, '/projects/{id}'],
+  [KEYS_ROUTE, '/projects/{id}/keys'],
+  [KEY_ROUTE, '/projects/{id}/keys/{keyId}'],
+]);
 
 export function statusOf(code: ErrorCode): number {
   switch (code) {
@@ -60,6 +84,8 @@ export function statusOf(code: ErrorCode): number {
       return 404;
     case 'method_not_allowed':
       return 405;
+    case 'conflict':
+      return 409;
     case 'payload_too_large':
       return 413;
     case 'unsupported_media_type':
@@ -81,6 +107,9 @@ export function statusOf(code: ErrorCode): number {
 export class HttpFace {
   readonly server: Server;
   private readonly routes: Record<string, Record<string, Handler>>;
+  private readonly paramRoutes: Array<[RegExp, Record<string, Handler>]>;
+  /** the error code each answer carried, for operator metrics */
+  private readonly outcomes = new WeakMap<ServerResponse, string>();
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -89,14 +118,29 @@ export class HttpFace {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
-      '/projects': { GET: (req, res) => this.listProjects(req, res), POST: (req, res) => this.createProject(req, res) },
+      '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/mcp': {
         POST: (req, res) =>
           serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
       },
+      '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
+    this.paramRoutes = [
+      [PROJECT_ROUTE, {
+        PATCH: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateProject(meta, id!, body)),
+        DELETE: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.deleteProject(meta, id!)),
+      }],
+      [KEYS_ROUTE, {
+        GET: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.listKeys(meta, id!)),
+        POST: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.createKey(meta, id!, body)),
+      }],
+      [KEY_ROUTE, {
+        PATCH: (req, res, _url, _query, [id, keyId]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
+        DELETE: (req, res, _url, _query, [id, keyId]) => this.manage(req, res, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
+      }],
+    ];
     this.server = createServer(
       {
         maxHeaderSize: MAX_HEADER_BYTES,
@@ -134,19 +178,34 @@ export class HttpFace {
       if (req.method === 'OPTIONS') return this.preflight(req, res);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
-      const route = this.routes[url.pathname];
+      let route = this.routes[url.pathname];
+      let params: string[] = [];
+      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : 'unknown';
+      if (!route) {
+        for (const [pattern, handlers] of this.paramRoutes) {
+          const m = pattern.exec(url.pathname);
+          if (m) {
+            route = handlers;
+            params = m.slice(1).map(safeDecode);
+            endpoint = PARAM_TEMPLATES.get(pattern)!;
+            break;
+          }
+        }
+      }
+      const ops = this.options.ops;
+      if (ops) res.once('finish', () => ops.request('http', endpoint, this.outcomes.get(res) ?? (res.statusCode < 400 ? 'ok' : String(res.statusCode))));
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
         res.setHeader('Allow', [...Object.keys(route), 'OPTIONS'].join(', '));
         return this.send(res, failure('method_not_allowed', `${req.method ?? ''} is not allowed on ${url.pathname}`));
       }
-      const query = checkQuery(url.pathname, req.method!, url.searchParams);
+      const query = checkQuery(endpoint, req.method!, url.searchParams);
       if (!query.ok) {
         req.resume();
         return this.send(res, failure('invalid_request', query.message, { details: query.names.map((name) => ({ path: name, message: query.message })) }));
       }
-      await handler(req, res, url, query.value);
+      await handler(req, res, url, query.value, params);
     } catch (err) {
       // Faults never leak internals; the message is for operators, in the log.
       console.error('internal error:', err);
@@ -191,8 +250,27 @@ export class HttpFace {
     return this.send(res, out);
   }
 
-  private listProjects(req: IncomingMessage, res: ServerResponse): void {
-    const out = this.engine.listProjects(this.meta(req));
+  private listProjects(req: IncomingMessage, res: ServerResponse, q: ListProjectsQueryParams): void {
+    const out = this.engine.listProjects(this.meta(req), pageQuery(q));
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  /** A management call without a body. */
+  private async manage(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta) => Outcome<unknown> | Promise<Outcome<unknown>>): Promise<void> {
+    const meta = this.meta(req);
+    req.resume();
+    const out = await call(meta);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  /** A management call with a JSON body. */
+  private async manageWithBody(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req);
+    if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
+    const out = await call(meta, body.value);
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
@@ -290,10 +368,10 @@ export class HttpFace {
   }
 
   private preflight(req: IncomingMessage, res: ServerResponse): void {
-    res.setHeader('Access-Control-Allow-Methods', 'GET, POST, OPTIONS');
+    res.setHeader('Access-Control-Allow-Methods', 'GET, POST, PATCH, DELETE, OPTIONS');
     res.setHeader('Access-Control-Allow-Headers', 'Authorization, Content-Type');
     res.setHeader('Access-Control-Max-Age', String(PREFLIGHT_MAX_AGE_S));
-    res.setHeader('Allow', 'GET, POST, OPTIONS');
+    res.setHeader('Allow', 'GET, POST, PATCH, DELETE, OPTIONS');
     req.resume();
     res.writeHead(204).end();
   }
@@ -301,6 +379,7 @@ export class HttpFace {
   private send(res: ServerResponse, out: Failure): void {
     const { code, message, details, retryAfterSeconds } = out.error;
     if (retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(retryAfterSeconds));
+    this.outcomes.set(res, code);
     const error: Record<string, unknown> = { code, message };
     if (details && details.length > 0) error.details = details;
     this.sendJson(res, statusOf(code), { ok: false, error }, out.rate);
@@ -336,4 +415,12 @@ function wireFail(code: ErrorCode, message: string, details?: EngineError['detai
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
 import { CreateProjectSchema } from '../engine/project-input.ts';
 import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RequestMeta } from '../engine/types.ts';
-import { QUERY_SCHEMAS } from '../http/query-schemas.ts';
+import { pageQuery, QUERY_SCHEMAS } from '../http/query-schemas.ts';
 
 /**
  * The agent tools. Each one is a face of one engine call: its input schema is the schema the HTTP face uses for the
@@ -50,7 +50,7 @@ export const TOOLS: readonly ToolDefinition[] = [
       'the same JSON as GET /metrics: users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, ' +
       'events, recentEvents and a per-day series. Dates are YYYY-MM-DD in the project\'s timezone. Admin keys name the project with `projectId`.',
     input: MetricsQuerySchema,
-    kinds: ['admin', 'secret'],
+    kinds: ['admin', 'secret', 'read'],
     readOnly: true,
     call(engine, meta, args) {
       const q = parseQuery(MetricsQuerySchema, args);
@@ -61,14 +61,16 @@ export const TOOLS: readonly ToolDefinition[] = [
   {
     name: 'list_projects',
     title: 'List projects',
-    description: 'The projects the key may see (all of them for an admin key, its own for a project key), as GET /projects answers.',
+    description:
+      'The projects the key may see (all of them for an admin key, its own for a project key), as GET /projects answers: ' +
+      'a page of `limit` (1-1000, default 100, as a string like the query parameter) from `cursor` (the `next_cursor` of the previous page).',
     input: ListProjectsQuerySchema,
     kinds: ['admin', 'secret'],
     readOnly: true,
     call(engine, meta, args) {
       const q = parseQuery(ListProjectsQuerySchema, args);
       if (!q.ok) return q;
-      return engine.listProjects(meta);
+      return engine.listProjects(meta, pageQuery(q.value));
     },
   },
   {

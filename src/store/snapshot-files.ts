@@ -25,7 +25,8 @@ export class SnapshotFiles {
     mkdirSync(this.dir, { recursive: true });
   }
 
-  async write(data: SnapshotData): Promise<string> {
+  /** `replaceAll` removes every other snapshot once this one is durable (they may hold erased data). */
+  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<{ file: string; bytes: number }> {
     const body = serialize(data);
     const digest = createHash('sha256').update(body).digest();
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
@@ -44,8 +45,8 @@ export class SnapshotFiles {
     } finally {
       await dh.close();
     }
-    this.prune();
-    return file;
+    this.prune(opts.replaceAll === true ? path.basename(file) : undefined);
+    return { file, bytes: HEADER + body.length };
   }
 
   /**
@@ -60,12 +61,7 @@ export class SnapshotFiles {
         continue;
       }
       try {
-        const buf = readFileSync(full);
-        if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');
-        const body = buf.subarray(HEADER);
-        const digest = createHash('sha256').update(body).digest();
-        if (!digest.equals(buf.subarray(MAGIC.length, HEADER))) throw new Error('checksum mismatch');
-        return deserialize(body) as SnapshotData;
+        return readVerified(full);
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
@@ -73,13 +69,37 @@ export class SnapshotFiles {
     return undefined;
   }
 
+  /** Every snapshot file, oldest first, with its sequence and either its data or why it is unusable (check). */
+  inspect(): Array<{ file: string; seq: number; data?: SnapshotData; problem?: string }> {
+    return this.files().map((f) => {
+      const file = path.join(this.dir, f);
+      const seq = Number(NAME.exec(f)![1]);
+      try {
+        return { file, seq, data: readVerified(file) };
+      } catch (err) {
+        return { file, seq, problem: err instanceof Error ? err.message : String(err) };
+      }
+    });
+  }
+
   files(): string[] {
     return readdirSync(this.dir).filter((f) => NAME.test(f)).sort();
   }
 
-  private prune(): void {
+  private prune(only?: string): void {
     const all = this.files();
-    for (const f of all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT))) rmSync(path.join(this.dir, f), { force: true });
+    const drop = only !== undefined ? all.filter((f) => f !== only) : all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT));
+    for (const f of drop) rmSync(path.join(this.dir, f), { force: true });
     for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
+}
+
+/** A snapshot file's data, after checking its header and SHA-256; throws on any mismatch. */
+function readVerified(file: string): SnapshotData {
+  const buf = readFileSync(file);
+  if (buf.length < HEADER || !buf.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('bad header');
+  const body = buf.subarray(HEADER);
+  const digest = createHash('sha256').update(body).digest();
+  if (!digest.equals(buf.subarray(MAGIC.length, HEADER))) throw new Error('checksum mismatch');
+  return deserialize(body) as SnapshotData;
 }

@@ -1,6 +1,20 @@
 import type { Command } from 'commander';
+import { registerExport } from './export.ts';
+import { registerImport } from './import.ts';
+import { registerKeys } from './keys.ts';
+import { registerCheck, registerRebuild } from './maintenance.ts';
 import { registerMcp } from './mcp.ts';
+import { registerProjects } from './projects.ts';
 import { registerServe } from './serve.ts';
 
 /** Every command of `analytics`; each file registers one command (or one group) on the program. */
-export const commands: Array<(program: Command) => void> = [registerServe, registerMcp];
+export const commands: Array<(program: Command) => void> = [
+  registerServe,
+  registerProjects,
+  registerKeys,
+  registerExport,
+  registerImport,
+  registerRebuild,
+  registerCheck,
+  registerMcp,
+];

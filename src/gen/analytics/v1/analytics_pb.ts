@@ -39,7 +39,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file analytics/v1/analytics.proto.
  */
 export const file_analytics_v1_analytics: GenFile = /*@__PURE__*/
-  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIosBChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBQgcKBV9kYXRlQgcKBV9mcm9tQgUKA190b0INCgtfcHJvamVjdF9pZCL6AwoSR2V0TWV0cmljc1Jlc3BvbnNlEhIKCnByb2plY3RfaWQYASABKAkSDAoEZnJvbRgCIAEoCRIKCgJ0bxgDIAEoCRIQCgh0aW1lem9uZRgEIAEoCRINCgV1c2VycxgFIAEoBBIQCghzZXNzaW9ucxgGIAEoBBIRCglwYWdldmlld3MYByABKAQSEwoLYm91bmNlX3JhdGUYCCABKAkSNQoPdHJhZmZpY19zb3VyY2VzGAkgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5Ei8KCWNvdW50cmllcxgKIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdkZXZpY2VzGAsgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKBXBhZ2VzGAwgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EiwKBmV2ZW50cxgNIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIMCgRib3RzGA4gASgEEjAKDXJlY2VudF9ldmVudHMYDyADKAsyGS5hbmFseXRpY3MudjEuUmVjZW50RXZlbnQSKQoFZGFpbHkYECADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSIVChNMaXN0UHJvamVjdHNSZXF1ZXN0Ij8KFExpc3RQcm9qZWN0c1Jlc3BvbnNlEicKCHByb2plY3RzGAEgAygLMhUuYW5hbHl0aWNzLnYxLlByb2plY3QilAEKB1Byb2plY3QSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9hbGxvd2VkX29yaWdpbnMYAyADKAkSGQoRYWxsb3dlZF9yZWZlcnJlcnMYBCADKAkSEAoIdGltZXpvbmUYBSABKAkSFQoNbW9udGhseV9xdW90YRgGIAEoAxISCgpjcmVhdGVkX2F0GAcgASgJIvkBChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQFCBwoFX25hbWVCCwoJX3RpbWV6b25lQhAKDl9tb250aGx5X3F1b3RhQg0KC19yYXRlX2xpbWl0IqcBCglSYXRlTGltaXQSFAoHcGVyX2tleRgBIAEoAUgAiAEBEhoKDWJ1cnN0X3Blcl9rZXkYAiABKAFIAYgBARITCgZwZXJfaXAYAyABKAFIAogBARIZCgxidXJzdF9wZXJfaXAYBCABKAFIA4gBAUIKCghfcGVyX2tleUIQCg5fYnVyc3RfcGVyX2tleUIJCgdfcGVyX2lwQg8KDV9idXJzdF9wZXJfaXAiaAoVQ3JlYXRlUHJvamVjdFJlc3BvbnNlEiYKB3Byb2plY3QYASABKAsyFS5hbmFseXRpY3MudjEuUHJvamVjdBInCgRrZXlzGAIgASgLMhkuYW5hbHl0aWNzLnYxLlByb2plY3RLZXlzIjIKC1Byb2plY3RLZXlzEg4KBnNlY3JldBgBIAEoCRITCgtwdWJsaXNoYWJsZRgCIAEoCTK0AwoQQW5hbHl0aWNzU2VydmljZRJDCgZJbmdlc3QSGy5hbmFseXRpY3MudjEuSW5nZXN0UmVxdWVzdBocLmFuYWx5dGljcy52MS5Jbmdlc3RSZXNwb25zZRJZCgxJbmdlc3RTdHJlYW0SIS5hbmFseXRpY3MudjEuSW5nZXN0U3RyZWFtUmVxdWVzdBoiLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXNwb25zZSgBMAESTwoKR2V0TWV0cmljcxIfLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVxdWVzdBogLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVzcG9uc2USVQoMTGlzdFByb2plY3RzEiEuYW5hbHl0aWNzLnYxLkxpc3RQcm9qZWN0c1JlcXVlc3QaIi5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVzcG9uc2USWAoNQ3JlYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIosBChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBQgcKBV9kYXRlQgcKBV9mcm9tQgUKA190b0INCgtfcHJvamVjdF9pZCL6AwoSR2V0TWV0cmljc1Jlc3BvbnNlEhIKCnByb2plY3RfaWQYASABKAkSDAoEZnJvbRgCIAEoCRIKCgJ0bxgDIAEoCRIQCgh0aW1lem9uZRgEIAEoCRINCgV1c2VycxgFIAEoBBIQCghzZXNzaW9ucxgGIAEoBBIRCglwYWdldmlld3MYByABKAQSEwoLYm91bmNlX3JhdGUYCCABKAkSNQoPdHJhZmZpY19zb3VyY2VzGAkgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5Ei8KCWNvdW50cmllcxgKIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdkZXZpY2VzGAsgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKBXBhZ2VzGAwgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EiwKBmV2ZW50cxgNIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIMCgRib3RzGA4gASgEEjAKDXJlY2VudF9ldmVudHMYDyADKAsyGS5hbmFseXRpY3MudjEuUmVjZW50RXZlbnQSKQoFZGFpbHkYECADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIvkBChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQFCBwoFX25hbWVCCwoJX3RpbWV6b25lQhAKDl9tb250aGx5X3F1b3RhQg0KC19yYXRlX2xpbWl0IqcBCglSYXRlTGltaXQSFAoHcGVyX2tleRgBIAEoAUgAiAEBEhoKDWJ1cnN0X3Blcl9rZXkYAiABKAFIAYgBARITCgZwZXJfaXAYAyABKAFIAogBARIZCgxidXJzdF9wZXJfaXAYBCABKAFIA4gBAUIKCghfcGVyX2tleUIQCg5fYnVyc3RfcGVyX2tleUIJCgdfcGVyX2lwQg8KDV9idXJzdF9wZXJfaXAiaAoVQ3JlYXRlUHJvamVjdFJlc3BvbnNlEiYKB3Byb2plY3QYASABKAsyFS5hbmFseXRpY3MudjEuUHJvamVjdBInCgRrZXlzGAIgASgLMhkuYW5hbHl0aWNzLnYxLlByb2plY3RLZXlzIjIKC1Byb2plY3RLZXlzEg4KBnNlY3JldBgBIAEoCRITCgtwdWJsaXNoYWJsZRgCIAEoCSIcCgpTdHJpbmdMaXN0Eg4KBnZhbHVlcxgBIAMoCSLOAgoUVXBkYXRlUHJvamVjdFJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIRCgRuYW1lGAIgASgJSACIAQESMQoPYWxsb3dlZF9vcmlnaW5zGAMgASgLMhguYW5hbHl0aWNzLnYxLlN0cmluZ0xpc3QSMwoRYWxsb3dlZF9yZWZlcnJlcnMYBCABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIaCg1tb250aGx5X3F1b3RhGAUgASgDSAGIAQESMAoKcmF0ZV9saW1pdBgGIAEoCzIXLmFuYWx5dGljcy52MS5SYXRlTGltaXRIAogBARIvCg10cmFja2VkX3Byb3BzGAcgASgLMhguYW5hbHl0aWNzLnYxLlN0cmluZ0xpc3RCBwoFX25hbWVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQiPwoVVXBkYXRlUHJvamVjdFJlc3BvbnNlEiYKB3Byb2plY3QYASABKAsyFS5hbmFseXRpY3MudjEuUHJvamVjdCIqChREZWxldGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIhcKFURlbGV0ZVByb2plY3RSZXNwb25zZSIlCg9MaXN0S2V5c1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCSI2ChBMaXN0S2V5c1Jlc3BvbnNlEiIKBGtleXMYASADKAsyFC5hbmFseXRpY3MudjEuQXBpS2V5IlgKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEgwKBGhpbnQYAyABKAkSEgoKY3JlYXRlZF9hdBgEIAEoCRISCgpleHBpcmVzX2F0GAUgASgJIlwKEENyZWF0ZUtleVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhcKCmV4cGlyZXNfYXQYAyABKAlIAIgBAUINCgtfZXhwaXJlc19hdCJEChFDcmVhdGVLZXlSZXNwb25zZRILCgNrZXkYASABKAkSIgoEaW5mbxgCIAEoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiSgoQVXBkYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmtleV9pZBgCIAEoCRISCgpleHBpcmVzX2F0GAMgASgJIjYKEVVwZGF0ZUtleVJlc3BvbnNlEiEKA2tleRgBIAEoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiNgoQUmV2b2tlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmtleV9pZBgCIAEoCSITChFSZXZva2VLZXlSZXNwb25zZTKdBwoQQW5hbHl0aWNzU2VydmljZRJDCgZJbmdlc3QSGy5hbmFseXRpY3MudjEuSW5nZXN0UmVxdWVzdBocLmFuYWx5dGljcy52MS5Jbmdlc3RSZXNwb25zZRJZCgxJbmdlc3RTdHJlYW0SIS5hbmFseXRpY3MudjEuSW5nZXN0U3RyZWFtUmVxdWVzdBoiLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXNwb25zZSgBMAESTwoKR2V0TWV0cmljcxIfLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVxdWVzdBogLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVzcG9uc2USVQoMTGlzdFByb2plY3RzEiEuYW5hbHl0aWNzLnYxLkxpc3RQcm9qZWN0c1JlcXVlc3QaIi5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVzcG9uc2USWAoNQ3JlYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2USWAoNVXBkYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVzcG9uc2USWAoNRGVsZXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVzcG9uc2USSQoITGlzdEtleXMSHS5hbmFseXRpY3MudjEuTGlzdEtleXNSZXF1ZXN0Gh4uYW5hbHl0aWNzLnYxLkxpc3RLZXlzUmVzcG9uc2USTAoJQ3JlYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLkNyZWF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVzcG9uc2USTAoJVXBkYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLlVwZGF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVzcG9uc2USTAoJUmV2b2tlS2V5Eh4uYW5hbHl0aWNzLnYxLlJldm9rZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct]);
 
 /**
  * One event, with the fields of CONTRACT.md "Event fields". Each field maps to the HTTP JSON field named in its
@@ -716,6 +716,19 @@ export const DailyFiguresSchema: GenMessage<DailyFigures> = /*@__PURE__*/
  * @generated from message analytics.v1.ListProjectsRequest
  */
 export type ListProjectsRequest = Message<"analytics.v1.ListProjectsRequest"> & {
+  /**
+   * Page size, 1 to 1000; 0 means the default (100).
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * The next_cursor of the previous page; empty for the first page.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
 };
 
 /**
@@ -726,7 +739,7 @@ export const ListProjectsRequestSchema: GenMessage<ListProjectsRequest> = /*@__P
   messageDesc(file_analytics_v1_analytics, 12);
 
 /**
- * The projects the key may see.
+ * The projects the key may see, one page.
  *
  * @generated from message analytics.v1.ListProjectsResponse
  */
@@ -737,6 +750,13 @@ export type ListProjectsResponse = Message<"analytics.v1.ListProjectsResponse"> 
    * @generated from field: repeated analytics.v1.Project projects = 1;
    */
   projects: Project[];
+
+  /**
+   * Pass as `cursor` for the next page; empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
 };
 
 /**
@@ -800,6 +820,13 @@ export type Project = Message<"analytics.v1.Project"> & {
    * @generated from field: string created_at = 7;
    */
   createdAt: string;
+
+  /**
+   * eventParams keys counted per value.
+   *
+   * @generated from field: repeated string tracked_props = 8;
+   */
+  trackedProps: string[];
 };
 
 /**
@@ -965,6 +992,400 @@ export const ProjectKeysSchema: GenMessage<ProjectKeys> = /*@__PURE__*/
   messageDesc(file_analytics_v1_analytics, 18);
 
 /**
+ * A list whose presence matters: unset leaves the field as it is, set (even empty) replaces it.
+ *
+ * @generated from message analytics.v1.StringList
+ */
+export type StringList = Message<"analytics.v1.StringList"> & {
+  /**
+   * The values.
+   *
+   * @generated from field: repeated string values = 1;
+   */
+  values: string[];
+};
+
+/**
+ * Describes the message analytics.v1.StringList.
+ * Use `create(StringListSchema)` to create a new message.
+ */
+export const StringListSchema: GenMessage<StringList> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 19);
+
+/**
+ * The body of PATCH /projects/{id}.
+ *
+ * @generated from message analytics.v1.UpdateProjectRequest
+ */
+export type UpdateProjectRequest = Message<"analytics.v1.UpdateProjectRequest"> & {
+  /**
+   * The project to change.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * JSON `name`.
+   *
+   * @generated from field: optional string name = 2;
+   */
+  name?: string | undefined;
+
+  /**
+   * JSON `allowed_origins`.
+   *
+   * @generated from field: analytics.v1.StringList allowed_origins = 3;
+   */
+  allowedOrigins?: StringList | undefined;
+
+  /**
+   * JSON `allowed_referrers`.
+   *
+   * @generated from field: analytics.v1.StringList allowed_referrers = 4;
+   */
+  allowedReferrers?: StringList | undefined;
+
+  /**
+   * JSON `monthly_quota`; 0 means unlimited.
+   *
+   * @generated from field: optional int64 monthly_quota = 5;
+   */
+  monthlyQuota?: bigint | undefined;
+
+  /**
+   * JSON `rate_limit`: replaces the project's overrides.
+   *
+   * @generated from field: optional analytics.v1.RateLimit rate_limit = 6;
+   */
+  rateLimit?: RateLimit | undefined;
+
+  /**
+   * JSON `tracked_props`.
+   *
+   * @generated from field: analytics.v1.StringList tracked_props = 7;
+   */
+  trackedProps?: StringList | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateProjectRequest.
+ * Use `create(UpdateProjectRequestSchema)` to create a new message.
+ */
+export const UpdateProjectRequestSchema: GenMessage<UpdateProjectRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 20);
+
+/**
+ * The changed project.
+ *
+ * @generated from message analytics.v1.UpdateProjectResponse
+ */
+export type UpdateProjectResponse = Message<"analytics.v1.UpdateProjectResponse"> & {
+  /**
+   * The project after the change.
+   *
+   * @generated from field: analytics.v1.Project project = 1;
+   */
+  project?: Project | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateProjectResponse.
+ * Use `create(UpdateProjectResponseSchema)` to create a new message.
+ */
+export const UpdateProjectResponseSchema: GenMessage<UpdateProjectResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 21);
+
+/**
+ * DELETE /projects/{id}.
+ *
+ * @generated from message analytics.v1.DeleteProjectRequest
+ */
+export type DeleteProjectRequest = Message<"analytics.v1.DeleteProjectRequest"> & {
+  /**
+   * The project to delete.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message analytics.v1.DeleteProjectRequest.
+ * Use `create(DeleteProjectRequestSchema)` to create a new message.
+ */
+export const DeleteProjectRequestSchema: GenMessage<DeleteProjectRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 22);
+
+/**
+ * Answered once the project is deleted and its events erased.
+ *
+ * @generated from message analytics.v1.DeleteProjectResponse
+ */
+export type DeleteProjectResponse = Message<"analytics.v1.DeleteProjectResponse"> & {
+};
+
+/**
+ * Describes the message analytics.v1.DeleteProjectResponse.
+ * Use `create(DeleteProjectResponseSchema)` to create a new message.
+ */
+export const DeleteProjectResponseSchema: GenMessage<DeleteProjectResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 23);
+
+/**
+ * GET /projects/{id}/keys.
+ *
+ * @generated from message analytics.v1.ListKeysRequest
+ */
+export type ListKeysRequest = Message<"analytics.v1.ListKeysRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message analytics.v1.ListKeysRequest.
+ * Use `create(ListKeysRequestSchema)` to create a new message.
+ */
+export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 24);
+
+/**
+ * A project's keys.
+ *
+ * @generated from message analytics.v1.ListKeysResponse
+ */
+export type ListKeysResponse = Message<"analytics.v1.ListKeysResponse"> & {
+  /**
+   * In creation order.
+   *
+   * @generated from field: repeated analytics.v1.ApiKey keys = 1;
+   */
+  keys: ApiKey[];
+};
+
+/**
+ * Describes the message analytics.v1.ListKeysResponse.
+ * Use `create(ListKeysResponseSchema)` to create a new message.
+ */
+export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 25);
+
+/**
+ * A key as listed: never the key itself.
+ *
+ * @generated from message analytics.v1.ApiKey
+ */
+export type ApiKey = Message<"analytics.v1.ApiKey"> & {
+  /**
+   * The key's id, for RevokeKey.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * "secret" (sk_), "publishable" (pk_) or "read" (rk_).
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * The prefix and last characters, such as "sk_…abcd".
+   *
+   * @generated from field: string hint = 3;
+   */
+  hint: string;
+
+  /**
+   * Creation time, ISO-8601.
+   *
+   * @generated from field: string created_at = 4;
+   */
+  createdAt: string;
+
+  /**
+   * Expiry, ISO-8601; empty when the key does not expire.
+   *
+   * @generated from field: string expires_at = 5;
+   */
+  expiresAt: string;
+};
+
+/**
+ * Describes the message analytics.v1.ApiKey.
+ * Use `create(ApiKeySchema)` to create a new message.
+ */
+export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 26);
+
+/**
+ * POST /projects/{id}/keys.
+ *
+ * @generated from message analytics.v1.CreateKeyRequest
+ */
+export type CreateKeyRequest = Message<"analytics.v1.CreateKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * "secret", "publishable" or "read".
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * ISO-8601 time in the future after which the key stops working; unset: never.
+   *
+   * @generated from field: optional string expires_at = 3;
+   */
+  expiresAt?: string | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.CreateKeyRequest.
+ * Use `create(CreateKeyRequestSchema)` to create a new message.
+ */
+export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 27);
+
+/**
+ * The new key.
+ *
+ * @generated from message analytics.v1.CreateKeyResponse
+ */
+export type CreateKeyResponse = Message<"analytics.v1.CreateKeyResponse"> & {
+  /**
+   * The key itself, shown only here.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Its listing.
+   *
+   * @generated from field: analytics.v1.ApiKey info = 2;
+   */
+  info?: ApiKey | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.CreateKeyResponse.
+ * Use `create(CreateKeyResponseSchema)` to create a new message.
+ */
+export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 28);
+
+/**
+ * PATCH /projects/{id}/keys/{key_id}.
+ *
+ * @generated from message analytics.v1.UpdateKeyRequest
+ */
+export type UpdateKeyRequest = Message<"analytics.v1.UpdateKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The key's id from ListKeys.
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * ISO-8601 time in the future after which the key stops working.
+   *
+   * @generated from field: string expires_at = 3;
+   */
+  expiresAt: string;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateKeyRequest.
+ * Use `create(UpdateKeyRequestSchema)` to create a new message.
+ */
+export const UpdateKeyRequestSchema: GenMessage<UpdateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 29);
+
+/**
+ * The key after the change.
+ *
+ * @generated from message analytics.v1.UpdateKeyResponse
+ */
+export type UpdateKeyResponse = Message<"analytics.v1.UpdateKeyResponse"> & {
+  /**
+   * Its listing.
+   *
+   * @generated from field: analytics.v1.ApiKey key = 1;
+   */
+  key?: ApiKey | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.UpdateKeyResponse.
+ * Use `create(UpdateKeyResponseSchema)` to create a new message.
+ */
+export const UpdateKeyResponseSchema: GenMessage<UpdateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 30);
+
+/**
+ * DELETE /projects/{id}/keys/{key_id}.
+ *
+ * @generated from message analytics.v1.RevokeKeyRequest
+ */
+export type RevokeKeyRequest = Message<"analytics.v1.RevokeKeyRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The key's id from ListKeys.
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message analytics.v1.RevokeKeyRequest.
+ * Use `create(RevokeKeyRequestSchema)` to create a new message.
+ */
+export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 31);
+
+/**
+ * Answered once the key is revoked: it is refused from then on, also after a restart.
+ *
+ * @generated from message analytics.v1.RevokeKeyResponse
+ */
+export type RevokeKeyResponse = Message<"analytics.v1.RevokeKeyResponse"> & {
+};
+
+/**
+ * Describes the message analytics.v1.RevokeKeyResponse.
+ * Use `create(RevokeKeyResponseSchema)` to create a new message.
+ */
+export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 32);
+
+/**
  * Ingestion, metrics and project management.
  *
  * @generated from service analytics.v1.AnalyticsService
@@ -1029,6 +1450,68 @@ export const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof CreateProjectRequestSchema;
     output: typeof CreateProjectResponseSchema;
+  },
+  /**
+   * Changes a project (PATCH /projects/{id}): only the fields that are set. The timezone cannot change.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.UpdateProject
+   */
+  updateProject: {
+    methodKind: "unary";
+    input: typeof UpdateProjectRequestSchema;
+    output: typeof UpdateProjectResponseSchema;
+  },
+  /**
+   * Deletes a project (DELETE /projects/{id}): its keys stop working at once and its events are erased.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.DeleteProject
+   */
+  deleteProject: {
+    methodKind: "unary";
+    input: typeof DeleteProjectRequestSchema;
+    output: typeof DeleteProjectResponseSchema;
+  },
+  /**
+   * Lists a project's keys (GET /projects/{id}/keys), never the keys themselves.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.ListKeys
+   */
+  listKeys: {
+    methodKind: "unary";
+    input: typeof ListKeysRequestSchema;
+    output: typeof ListKeysResponseSchema;
+  },
+  /**
+   * Creates a key (POST /projects/{id}/keys); the key is shown only in this response.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.CreateKey
+   */
+  createKey: {
+    methodKind: "unary";
+    input: typeof CreateKeyRequestSchema;
+    output: typeof CreateKeyResponseSchema;
+  },
+  /**
+   * Sets when a key expires (PATCH /projects/{id}/keys/{key_id}): key rotation with an overlap. Expiring the last
+   * secret key is FAILED_PRECONDITION (error-code `conflict`).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.UpdateKey
+   */
+  updateKey: {
+    methodKind: "unary";
+    input: typeof UpdateKeyRequestSchema;
+    output: typeof UpdateKeyResponseSchema;
+  },
+  /**
+   * Revokes a key (DELETE /projects/{id}/keys/{key_id}). The project's last secret key cannot be revoked
+   * (FAILED_PRECONDITION, error-code `conflict`).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.RevokeKey
+   */
+  revokeKey: {
+    methodKind: "unary";
+    input: typeof RevokeKeyRequestSchema;
+    output: typeof RevokeKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_analytics_v1_analytics, 0);

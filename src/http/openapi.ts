@@ -1,0 +1,260 @@
+import { z } from 'zod';
+import { EventSchema } from '../core/event-schema.ts';
+import { MAX_BATCH_EVENTS } from '../core/limits.ts';
+import { CreateKeySchema, CreateProjectSchema, UpdateKeySchema, UpdateProjectSchema } from '../engine/project-input.ts';
+import { QUERY_SCHEMAS } from './query-schemas.ts';
+import * as R from './response-schemas.ts';
+
+/**
+ * GET /openapi.json: an OpenAPI 3.1 document of every HTTP endpoint, generated from the zod schemas the service
+ * validates requests with (and the response schemas beside them), so it cannot drift from the code.
+ */
+
+type Json = Record<string, unknown>;
+
+const ref = (id: string): Json => ({ $ref: `#/components/schemas/${id}` });
+const json = (schema: Json, description: string): Json => ({ description, content: { 'application/json': { schema } } });
+
+const COMPONENTS: Record<string, z.ZodType> = {
+  Error: R.ErrorBody,
+  IngestAck: R.IngestAck,
+  Metrics: R.MetricsBody,
+  Project: R.Project,
+  ProjectPage: R.ProjectPage,
+  CreatedProject: R.CreatedProject,
+  ProjectOnly: R.ProjectOnly,
+  Ok: R.Ok,
+  Key: R.Key,
+  KeyList: R.KeyList,
+  CreatedKey: R.CreatedKey,
+  Health: R.Health,
+  Event: EventSchema,
+  CreateProject: CreateProjectSchema,
+  UpdateProject: UpdateProjectSchema,
+  CreateKey: CreateKeySchema,
+  UpdateKey: UpdateKeySchema,
+};
+
+/** What each error status means on this API; an operation lists the ones it can answer. */
+const ERRORS: Record<number, string> = {
+  400: 'invalid_json, invalid_event or invalid_request (an unknown query parameter is named in the message)',
+  401: 'unauthorized: no key, a malformed Authorization header, or an unknown, revoked or expired key',
+  403: 'forbidden: the key may not do this (its type, its project, the Origin or Referer)',
+  404: 'not_found',
+  409: 'conflict: the project would lose its last secret key',
+  413: 'payload_too_large: a body over 1 MiB or a batch over 500 events',
+  415: 'unsupported_media_type: a body that is not application/json or text/plain, or an encoding other than gzip',
+  429: 'rate_limited or quota_exceeded; Retry-After says when to try again',
+  500: 'internal',
+  503: 'unavailable: storage cannot be written or the service is shutting down',
+};
+
+function errors(...statuses: number[]): Json {
+  const out: Json = {};
+  for (const s of [...statuses, 500, 503]) out[String(s)] = json(ref('Error'), ERRORS[s]!);
+  return out;
+}
+
+/** Query parameters from a strict zod object schema (one per endpoint). */
+function queryParameters(schema: z.ZodObject): Json[] {
+  const objectSchema = z.toJSONSchema(schema, { target: 'draft-2020-12', io: 'input', unrepresentable: 'any' }) as Json;
+  const props = (objectSchema.properties ?? {}) as Record<string, Json>;
+  const required = new Set((objectSchema.required ?? []) as string[]);
+  return Object.entries(props).map(([name, s]) => {
+    const { description, ...rest } = s;
+    return { name, in: 'query', required: required.has(name), ...(description ? { description } : {}), schema: rest };
+  });
+}
+
+const pathParam = (name: string, description: string): Json => ({ name, in: 'path', required: true, description, schema: { type: 'string' } });
+const projectId = pathParam('id', 'the project id');
+const keyId = pathParam('keyId', 'the key id from GET /projects/{id}/keys');
+const body = (id: string, example?: unknown): Json => ({
+  required: true,
+  content: { 'application/json': { schema: ref(id), ...(example !== undefined ? { example } : {}) } },
+});
+
+let cached: Json | undefined;
+
+export function openApiDocument(version: string): Json {
+  if (cached) return cached;
+  const registry = z.registry<{ id: string }>();
+  for (const [id, schema] of Object.entries(COMPONENTS)) registry.add(schema, { id });
+  const converted = z.toJSONSchema(registry, {
+    target: 'draft-2020-12',
+    io: 'input',
+    unrepresentable: 'any',
+    uri: (id) => `#/components/schemas/${id}`,
+  }) as { schemas: Record<string, Json> };
+  const schemas: Record<string, Json> = {};
+  for (const [id, s] of Object.entries(converted.schemas)) {
+    const { $schema: _s, $id: _i, ...rest } = s;
+    schemas[id] = rest;
+  }
+  const batch: Json = {
+    oneOf: [
+      ref('Event'),
+      { type: 'array', items: ref('Event'), minItems: 1, maxItems: MAX_BATCH_EVENTS },
+      { type: 'object', properties: { events: { type: 'array', items: ref('Event'), minItems: 1, maxItems: MAX_BATCH_EVENTS } }, required: ['events'] },
+    ],
+  };
+  const secured = [{ bearer: [] }];
+  cached = {
+    openapi: '3.1.0',
+    info: {
+      title: 'Privacy-first web analytics',
+      version,
+      description:
+        'Cookie-free event ingestion and daily aggregates. Every error body is {"ok": false, "error": {"code", "message", "details"?}}. ' +
+        'Authenticated responses carry RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset. Any query parameter an endpoint does not list is 400 invalid_request.',
+    },
+    servers: [{ url: '/' }],
+    components: {
+      securitySchemes: {
+        bearer: {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'Authorization: Bearer <key>. ak_ admin, sk_ project secret, pk_ publishable (ingest only), rk_ read-only (metrics only).',
+        },
+      },
+      schemas,
+    },
+    paths: {
+      '/analytics': {
+        post: {
+          operationId: 'ingest',
+          summary: 'Ingest one event, an array of events, or {"events": [...]}; atomic; answered once committed',
+          security: secured,
+          requestBody: {
+            required: true,
+            content: {
+              'application/json': { schema: batch, example: { event: 'page_view', url: 'https://shop.example/pricing', referrer: 'https://www.google.com/' } },
+              'text/plain': { schema: batch },
+            },
+          },
+          responses: { '200': json(ref('IngestAck'), 'stored (or acknowledged again as a repeat)'), ...errors(400, 401, 403, 413, 415, 429) },
+        },
+      },
+      '/metrics': {
+        get: {
+          operationId: 'getMetrics',
+          summary: 'Aggregates of a day or an inclusive range (≤ 366 days) with a per-day series',
+          security: secured,
+          parameters: queryParameters(QUERY_SCHEMAS['/metrics'].GET),
+          responses: { '200': json(ref('Metrics'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
+        },
+      },
+      '/projects': {
+        get: {
+          operationId: 'listProjects',
+          summary: 'Projects the key may see (admin: all; sk_: its own), in creation order, one page',
+          security: secured,
+          parameters: queryParameters(QUERY_SCHEMAS['/projects'].GET),
+          responses: { '200': json(ref('ProjectPage'), 'a page of projects'), ...errors(400, 401, 403, 429) },
+        },
+        post: {
+          operationId: 'createProject',
+          summary: 'Create a project; its keys are shown only in this answer',
+          security: secured,
+          requestBody: body('CreateProject', { name: 'Shop', allowed_origins: ['https://shop.example'], allowed_referrers: [], timezone: 'Europe/Berlin' }),
+          responses: { '200': json(ref('CreatedProject'), 'the project and its keys'), ...errors(400, 401, 403, 413, 415, 429) },
+        },
+      },
+      '/projects/{id}': {
+        parameters: [projectId],
+        patch: {
+          operationId: 'updateProject',
+          summary: 'Change any of name, allowed_origins, allowed_referrers, monthly_quota, rate_limit, tracked_props (not timezone)',
+          security: secured,
+          requestBody: body('UpdateProject', { allowed_origins: ['https://new.example'] }),
+          responses: { '200': json(ref('ProjectOnly'), 'the changed project'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+        },
+        delete: {
+          operationId: 'deleteProject',
+          summary: 'Delete a project: its keys answer 401 at once; its events are erased from the log and every file',
+          security: secured,
+          responses: { '200': json(ref('Ok'), 'deleted and erased'), ...errors(400, 401, 403, 404, 429) },
+        },
+      },
+      '/projects/{id}/keys': {
+        parameters: [projectId],
+        get: {
+          operationId: 'listKeys',
+          summary: "A project's keys, never the keys themselves",
+          security: secured,
+          responses: { '200': json(ref('KeyList'), 'the keys'), ...errors(400, 401, 403, 404, 429) },
+        },
+        post: {
+          operationId: 'createKey',
+          summary: 'Create a secret, publishable or read key, optionally expiring',
+          security: secured,
+          requestBody: body('CreateKey', { type: 'read', expires_at: '2027-01-01T00:00:00Z' }),
+          responses: { '200': json(ref('CreatedKey'), 'the key, shown only here'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+        },
+      },
+      '/projects/{id}/keys/{keyId}': {
+        parameters: [projectId, keyId],
+        patch: {
+          operationId: 'updateKey',
+          summary: 'Set when a key expires (key rotation with an overlap)',
+          security: secured,
+          requestBody: body('UpdateKey', { expires_at: '2027-01-01T00:00:00Z' }),
+          responses: { '200': json(ref('Key'), 'the key'), ...errors(400, 401, 403, 404, 409, 413, 415, 429) },
+        },
+        delete: {
+          operationId: 'revokeKey',
+          summary: 'Revoke a key: it answers 401 at once and after a restart',
+          security: secured,
+          responses: { '200': json(ref('Ok'), 'revoked'), ...errors(400, 401, 403, 404, 409, 429) },
+        },
+      },
+      '/mcp': {
+        post: {
+          operationId: 'mcp',
+          summary:
+            'MCP (Model Context Protocol) over Streamable HTTP, stateless: a JSON-RPC message in, its answer out as JSON. Tools: ' +
+            'get_metrics, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
+          security: secured,
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { type: 'object', description: 'a JSON-RPC 2.0 message (send Accept: application/json, text/event-stream)' } } },
+          },
+          responses: {
+            '200': { description: 'the JSON-RPC answer; a refused tool call is a result with isError and the error body', content: { 'application/json': { schema: { type: 'object' } } } },
+            '202': { description: 'a notification, accepted' },
+            '406': { description: 'the Accept header lacks application/json and text/event-stream (a JSON-RPC error)', content: { 'application/json': { schema: { type: 'object' } } } },
+            ...errors(400, 401, 413, 415),
+          },
+        },
+      },
+      '/health': {
+        get: {
+          operationId: 'health',
+          summary: 'Liveness and storage health (no key)',
+          security: [],
+          responses: { '200': json(ref('Health'), 'serving'), '503': json(ref('Health'), 'storage cannot be written, or shutting down') },
+        },
+      },
+      '/script.js': {
+        get: {
+          operationId: 'trackerScript',
+          summary: 'The tracking script (no key), cached for a day; /script.<hash>.js is immutable',
+          security: [],
+          responses: {
+            '200': { description: 'JavaScript', content: { 'application/javascript': { schema: { type: 'string' } } } },
+            '304': { description: 'not modified (If-None-Match)' },
+          },
+        },
+      },
+      '/openapi.json': {
+        get: {
+          operationId: 'openApi',
+          summary: 'This document (no key)',
+          security: [],
+          responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } } },
+        },
+      },
+    },
+  };
+  return cached;
+}

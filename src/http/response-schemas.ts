@@ -1,0 +1,132 @@
+import { z } from 'zod';
+
+/**
+ * The JSON answers of the HTTP API as zod schemas, for the OpenAPI document (src/http/openapi.ts). Requests are
+ * described by the schemas the service validates them with; these describe what it sends back, and the HTTP test
+ * suites check every answer they receive against the document built from them.
+ */
+
+const ERROR_CODES = [
+  'invalid_json',
+  'invalid_event',
+  'invalid_request',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'method_not_allowed',
+  'conflict',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limited',
+  'quota_exceeded',
+  'internal',
+  'unavailable',
+] as const;
+
+export const ErrorBody = z
+  .strictObject({
+    ok: z.literal(false),
+    error: z.strictObject({
+      code: z.enum(ERROR_CODES),
+      message: z.string(),
+      details: z
+        .array(z.strictObject({ index: z.number().int().min(0).optional(), path: z.string(), message: z.string() }))
+        .optional()
+        .meta({ description: 'one entry per bad field (for a batch: with the event index)' }),
+    }),
+  })
+  .meta({ example: { ok: false, error: { code: 'invalid_event', message: '1 of 2 events are invalid; nothing was stored', details: [{ index: 1, path: 'url', message: 'is required for page_view' }] } } });
+
+export const IngestAck = z
+  .strictObject({ ok: z.literal(true), ts: z.number().int(), accepted: z.number().int().min(0) })
+  .meta({ example: { ok: true, ts: 1763700000000, accepted: 2 } });
+
+const count = z.number().min(0);
+const breakdown = z.record(z.string(), count).meta({ description: 'counts by key, highest first, at most 1,000 keys plus (other)' });
+const date = z.string().regex(/^\d{4}-\d{2}-\d{2}$/);
+const rate = z.string().regex(/^\d+\.\d%$/);
+
+/** Open (extra keys allowed): insight fields are added to the same answer. */
+export const MetricsBody = z
+  .looseObject({
+    projectId: z.string(),
+    from: date,
+    to: date,
+    timezone: z.string(),
+    users: count,
+    sessions: count,
+    pageviews: count,
+    bounceRate: rate,
+    trafficSources: breakdown,
+    countries: breakdown,
+    devices: breakdown,
+    pages: breakdown,
+    events: breakdown,
+    bots: count.meta({ description: 'hits from known bots, acknowledged and not counted as traffic' }),
+    recentEvents: z.array(
+      z.looseObject({
+        ts: z.number().int(),
+        event: z.string(),
+        url: z.string(),
+        referrer: z.string(),
+        country: z.string(),
+        device: z.string(),
+        sessionId: z.string(),
+      }),
+    ),
+    daily: z.array(z.looseObject({ date, users: count, sessions: count, pageviews: count, bounceRate: rate })),
+  })
+  .meta({
+    id: 'Metrics',
+    example: {
+      projectId: 'p_x', from: '2026-11-01', to: '2026-11-01', timezone: 'UTC', users: 12, sessions: 14, pageviews: 40,
+      bounceRate: '41.3%', trafficSources: { Google: 8, Direct: 6 }, countries: { DE: 9 }, devices: { desktop: 10 },
+      pages: { '/': 30 }, events: { page_view: 40 }, bots: 0, recentEvents: [],
+      daily: [{ date: '2026-11-01', users: 12, sessions: 14, pageviews: 40, bounceRate: '41.3%' }],
+    },
+  });
+
+export const Project = z
+  .looseObject({
+    id: z.string(),
+    name: z.string(),
+    allowed_origins: z.array(z.string()),
+    allowed_referrers: z.array(z.string()),
+    timezone: z.string(),
+    monthly_quota: z.number().int().min(0),
+    created_at: z.iso.datetime(),
+    tracked_props: z.array(z.string()),
+  })
+  ;
+
+export const ProjectPage = z
+  .strictObject({ projects: z.array(Project), next_cursor: z.string().nullable() })
+  .meta({ example: { projects: [], next_cursor: null } });
+
+export const CreatedProject = z
+  .strictObject({ project: Project, keys: z.strictObject({ secret: z.string().regex(/^sk_/), publishable: z.string().regex(/^pk_/) }) })
+  ;
+
+export const ProjectOnly = z.strictObject({ project: Project });
+
+export const Ok = z.strictObject({ ok: z.literal(true) }).meta({ example: { ok: true } });
+
+export const Key = z
+  .strictObject({
+    id: z.string(),
+    type: z.enum(['secret', 'publishable', 'read']),
+    hint: z.string(),
+    created_at: z.iso.datetime(),
+    expires_at: z.iso.datetime().nullable(),
+  })
+  .meta({ example: { id: 'key_3Yc9', type: 'read', hint: 'rk_…x9Qa', created_at: '2026-11-23T06:00:00.000Z', expires_at: null } });
+
+export const KeyList = z.strictObject({ keys: z.array(Key) });
+
+export const CreatedKey = z
+  .strictObject({ ...Key.shape, key: z.string().regex(/^(sk|pk|rk)_/) })
+  .meta({ description: 'the key itself is shown only here' });
+
+export const Health = z
+  .strictObject({ status: z.enum(['ok', 'unavailable']), version: z.string(), uptimeSeconds: z.number().int().min(0) })
+  .meta({ example: { status: 'ok', version: '0.1.0', uptimeSeconds: 42 } });

@@ -1,0 +1,159 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { api, startTestService, todayUtc, type TestService } from './helpers.ts';
+
+const BIN = fileURLToPath(new URL('../bin/analytics.js', import.meta.url));
+
+let svc: TestService;
+before(async () => {
+  svc = await startTestService();
+});
+after(() => svc.destroy());
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real `analytics` bin in a child process (stdout/stderr are pipes, so no TTY: plain progress lines). */
+function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { env: { PATH: process.env.PATH ?? '', ANALYTICS_URL: svc.url, ANALYTICS_KEY: svc.adminKey, ...env }, timeout: 60_000 },
+      (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+const json = (r: Run) => {
+  assert.equal(r.code, 0, r.stderr);
+  return JSON.parse(r.stdout);
+};
+
+describe('analytics CLI against a running service', () => {
+  let projectId = '';
+  let secret = '';
+
+  test('projects create prints the keys once; list and update go through the HTTP calls', async () => {
+    const created = json(await cli(['projects', 'create', '--name', 'Shop', '--origin', 'https://shop.example', '--timezone', 'Europe/Berlin', '--json']));
+    projectId = created.project.id;
+    secret = created.keys.secret;
+    assert.match(secret, /^sk_/);
+    assert.deepEqual(created.project.allowed_origins, ['https://shop.example']);
+    const listed = json(await cli(['projects', 'list', '--json']));
+    assert.ok(listed.projects.some((p: { id: string }) => p.id === projectId));
+    const text = await cli(['projects', 'list']);
+    assert.match(text.stdout, new RegExp(`${projectId}\\s+Shop\\s+Europe/Berlin`));
+    const updated = json(await cli(['projects', 'update', projectId, '--name', 'Shop 2', '--quota', '0', '--json']));
+    assert.equal(updated.project.name, 'Shop 2');
+    assert.equal(updated.project.monthly_quota, 0);
+  });
+
+  test('keys create, list and rotate (with and without --overlap) keep exactly the promised keys working', async () => {
+    const read = json(await cli(['keys', 'create', projectId, '--type', 'read', '--json']));
+    assert.match(read.key, /^rk_/);
+    const listed = json(await cli(['keys', 'list', projectId, '--json']));
+    assert.deepEqual(listed.keys.map((k: { type: string }) => k.type).sort(), ['publishable', 'read', 'secret']);
+    // rotate with an overlap: the old key still works and shows an expiry about an hour away
+    const rotated = json(await cli(['keys', 'rotate', projectId, read.id, '--overlap', '1h', '--json']));
+    assert.match(rotated.key.key, /^rk_/);
+    const expiry = Date.parse(rotated.old.expires_at) - Date.now();
+    assert.ok(expiry > 3_500_000 && expiry <= 3_600_000, String(expiry));
+    assert.equal((await api(svc.url, '/metrics', { key: read.key })).status, 200);
+    // rotate without overlap: the old key is refused at once
+    const again = json(await cli(['keys', 'rotate', projectId, rotated.key.id, '--json']));
+    assert.equal(again.old.revoked, true);
+    assert.equal((await api(svc.url, '/metrics', { key: rotated.key.key })).status, 401);
+    assert.equal((await api(svc.url, '/metrics', { key: again.key.key })).status, 200);
+  });
+
+  test('import sends an NDJSON file in batches; a re-run counts nothing twice', async () => {
+    const file = path.join(svc.dataDir, 'events.ndjson');
+    const lines = Array.from({ length: 1203 }, (_, i) => JSON.stringify({ event: 'page_view', url: `https://shop.example/p${i % 7}`, sessionId: `s${i % 50}` }));
+    lines.splice(10, 0, ''); // blank lines are skipped
+    writeFileSync(file, `${lines.join('\n')}\n`);
+    const first = await cli(['import', '--project', projectId, file, '--key', secret, '--json']);
+    assert.equal(json(first).sent, 1203);
+    assert.match(first.stderr, /^import: 100% /m, 'plain progress lines when not on a terminal');
+    const metrics = async () => (await api(svc.url, '/metrics', { key: secret })).body.pageviews as number;
+    assert.equal(await metrics(), 1203);
+    assert.equal(json(await cli(['import', '--project', projectId, file, '--key', secret, '--json'])).sent, 1203);
+    assert.equal(await metrics(), 1203);
+  });
+
+  test('export writes daily rows as CSV and NDJSON, and the stored events with --raw', async () => {
+    const today = todayUtc();
+    const from = new Date(Date.now() - 2 * 86_400_000).toISOString().slice(0, 10);
+    const csv = await cli(['export', '--project', projectId, '--from', from, '--to', today]);
+    assert.equal(csv.code, 0, csv.stderr);
+    const rows = csv.stdout.trim().split('\n');
+    assert.equal(rows[0], 'date,users,sessions,pageviews,bounce_rate');
+    assert.ok(rows.length >= 3);
+    const nd = await cli(['export', '--project', projectId, '--from', from, '--to', today, '--format', 'ndjson', '--key', secret]);
+    const days = nd.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(days.reduce((n: number, d: { pageviews: number }) => n + d.pageviews, 0), 1203);
+    const raw = await cli(['export', '--project', projectId, '--from', from, '--to', today, '--raw', '--format', 'ndjson', '--data-dir', svc.dataDir]);
+    assert.equal(raw.code, 0, raw.stderr);
+    const events = raw.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(events.length, 1203);
+    assert.ok(events.every((e: { event: string; eventId: string }) => e.event === 'page_view' && e.eventId.startsWith('imp_')));
+  });
+
+  test('exit codes: 1 with the message on stderr for a refused request or bad input, 2 for a usage error', async () => {
+    const refused = await cli(['projects', 'list', '--key', 'sk_AAAAAAAAAAAAAAAAAAAAAAAAAAAA']);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /401 unauthorized/);
+    assert.equal(refused.stdout, '');
+    const unconfirmed = await cli(['projects', 'delete', projectId]);
+    assert.equal(unconfirmed.code, 1);
+    assert.match(unconfirmed.stderr, /--yes/);
+    assert.equal((await cli(['projects', 'frobnicate'])).code, 2);
+    assert.equal((await cli(['keys', 'create', projectId, '--type', 'admin'])).code, 2);
+    assert.equal((await cli(['export', '--project', projectId])).code, 2);
+    const help = await cli(['keys', 'rotate', '--help']);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /--overlap/);
+  });
+
+  test('check passes on a healthy data directory, rebuild re-folds it, and check lists a damaged snapshot (exit 1)', async () => {
+    await svc.stop();
+    const ok = await cli(['check', '--data-dir', svc.dataDir]);
+    assert.equal(ok.code, 0, ok.stderr + ok.stdout);
+    assert.match(ok.stdout, /^ok: \d+ log entries in sequence, 1 snapshot\(s\) verified/);
+    assert.match(ok.stderr, /^log: 100% /m, 'plain progress lines when stderr is not a terminal');
+    assert.doesNotMatch(ok.stderr, /█/);
+    // On a terminal (a pty from util-linux `script`): a progress bar instead of lines.
+    const tty = await new Promise<string>((resolve, reject) =>
+      execFile('script', ['-qec', `${process.execPath} ${BIN} check --data-dir ${svc.dataDir}`, '/dev/null'], { timeout: 60_000 }, (err, stdout) =>
+        err ? reject(err) : resolve(stdout),
+      ),
+    );
+    assert.match(tty, /fold \[█+\] 100%/);
+    assert.match(tty, /ok: \d+ log entries in sequence/);
+    const rebuilt = json(await cli(['rebuild', '--data-dir', svc.dataDir, '--json']));
+    assert.equal(rebuilt.records, 1203);
+    assert.match(rebuilt.snapshot, /snapshot-\d{16}\.bin$/);
+    const snaps = readdirSync(path.join(svc.dataDir, 'snapshots'));
+    assert.equal(snaps.length, 1);
+    const file = path.join(svc.dataDir, 'snapshots', snaps[0]!);
+    const bytes = readFileSync(file);
+    bytes[bytes.length - 5] = bytes[bytes.length - 5]! ^ 0xff;
+    writeFileSync(file, bytes);
+    const bad = await cli(['check', '--data-dir', svc.dataDir, '--json']);
+    assert.equal(bad.code, 1);
+    const report = JSON.parse(bad.stdout);
+    assert.equal(report.ok, false);
+    assert.ok(report.problems.some((p: string) => /checksum mismatch/.test(p)), bad.stdout);
+    assert.match(bad.stderr, /check found 1 problem/);
+    // the service still starts (a damaged snapshot is skipped for a full replay) and agrees with the log
+    svc = await svc.restart();
+    assert.equal((await api(svc.url, '/metrics', { key: secret })).body.pageviews, 1203);
+  });
+});
