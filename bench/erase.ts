@@ -6,13 +6,15 @@ import { LogStore } from '../src/store/log-store.ts';
 
 /**
  * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs in storage. Fills a log with `events` events
- * (a tenth of them in the project to delete), then times the erasure (scan + ERASED markers) and the compaction
- * (copy of live pages + swap) separately, with the file size before and after. Not part of `npm run bench`.
+ * (a tenth of its 100-event batches in the project to delete), then times the erasure (scan + tombstones) and the
+ * compaction (copy of live pages + swap) separately, with the file size before and after. Not part of `npm run bench`.
  */
 
 const TOTAL = Number(process.argv[2] ?? 1_000_000);
-/** Appends per transaction while filling: large, as the service's grouped commits are. */
-const FILL_BATCH = 5_000;
+/** Events per append while filling: one request's batch (one project per entry, as the service writes them). */
+const FILL_BATCH = 100;
+/** Appends in flight at once while filling (lmdb-js groups them into few commits, as under load). */
+const FILL_CONCURRENCY = 200;
 
 function event(i: number, project: string): StoredEvent {
   return {
@@ -26,14 +28,20 @@ function event(i: number, project: string): StoredEvent {
 const dir = mkdtempSync(path.join(tmpdir(), 'analytics-erase-'));
 try {
   const store = LogStore.open(dir, 'commit');
+  let inFlight: Promise<number>[] = [];
   for (let i = 0; i < TOTAL; i += FILL_BATCH) {
-    const batch = Array.from({ length: Math.min(FILL_BATCH, TOTAL - i) }, (_, j) => event(i + j, (i + j) % 10 === 0 ? 'p_doomed' : 'p_kept'));
-    await store.append(batch);
+    const project = (i / FILL_BATCH) % 10 === 0 ? 'p_doomed' : 'p_kept'; // a tenth of the batches
+    inFlight.push(store.append(Array.from({ length: Math.min(FILL_BATCH, TOTAL - i) }, (_, j) => event(i + j, project))));
+    if (inFlight.length >= FILL_CONCURRENCY) {
+      await Promise.all(inFlight);
+      inFlight = [];
+    }
   }
+  await Promise.all(inFlight);
   const file = path.join(dir, 'analytics.lmdb');
   const before = statSync(file).size;
   let t = performance.now();
-  // eraseProjectEvents = scan + markers + compaction; time compaction alone afterwards on the same data
+  // eraseProjectEvents = scan + tombstones + compaction; time compaction alone afterwards on the same data
   const erased = await store.eraseProjectEvents('p_doomed');
   const eraseAndCompactMs = performance.now() - t;
   t = performance.now();

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Config } from './config.ts';
 import { Engine } from './engine/engine.ts';
-import { startGrpcServer } from './grpc/server.ts';
+import { startGrpcServer, type RunningGrpc } from './grpc/server.ts';
 import { HttpFace } from './http/server.ts';
 import { OperatorMetrics } from './engine/operator-metrics.ts';
 import { startMetricsServer } from './http/metrics-server.ts';
@@ -11,8 +11,13 @@ import { startMetricsServer } from './http/metrics-server.ts';
  * port 0 against a temporary data directory.
  */
 
-/** In-flight gRPC calls get this long to finish at shutdown before they are cancelled. */
-const GRPC_DRAIN_MS = 5_000;
+/**
+ * SIGTERM to exit, whatever clients do: idle and silent connections close at once, in-flight requests get
+ * FACE_DRAIN_MS to finish (then 503 / UNAVAILABLE), and the rest is the final snapshot and closing LMDB.
+ */
+export const DRAIN_DEADLINE_MS = 10_000;
+/** In-flight HTTP requests and gRPC calls get this long to finish at shutdown; half the deadline leaves the rest for the snapshot. */
+const FACE_DRAIN_MS = 5_000;
 
 export const VERSION: string = (
   JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
@@ -20,6 +25,8 @@ export const VERSION: string = (
 
 export interface RunningService {
   engine: Engine;
+  http: HttpFace;
+  grpc: RunningGrpc;
   httpPort: number;
   grpcPort: number;
   url: string;
@@ -33,6 +40,8 @@ export interface RunningService {
 export interface ServiceOptions {
   now?: () => number;
   log?: (line: string) => void;
+  /** connection caps and handshake deadline of both ports (tests use small ones); absent = the faces' defaults */
+  connections?: { handshakeMs?: number; maxConnections?: number; maxConnectionsPerIp?: number };
 }
 
 export async function startService(config: Readonly<Config>, opts: ServiceOptions = {}): Promise<RunningService> {
@@ -40,14 +49,25 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
   const ops = config.metricsPort === undefined ? undefined : new OperatorMetrics();
   const engineOpts = opts.now ? { config, version: VERSION, log, now: opts.now, ops } : { config, version: VERSION, log, ops };
   const engine = await Engine.open(engineOpts);
-  const http = new HttpFace(engine, { host: config.host, port: config.port, trustProxy: config.trustProxy, ops });
+  const c = opts.connections ?? {};
+  const http = new HttpFace(engine, {
+    host: config.host,
+    port: config.port,
+    trustProxy: config.trustProxy,
+    ops,
+    ...(c.handshakeMs !== undefined ? { headersTimeoutMs: c.handshakeMs } : {}),
+    ...(c.maxConnections !== undefined ? { maxConnections: c.maxConnections } : {}),
+    ...(c.maxConnectionsPerIp !== undefined ? { maxConnectionsPerIp: c.maxConnectionsPerIp } : {}),
+  });
   const httpPort = await http.listen();
-  const grpc = await startGrpcServer(engine, { host: config.host, port: config.grpcPort, quiet: config.quiet, ops });
+  const grpc = await startGrpcServer(engine, { host: config.host, port: config.grpcPort, quiet: config.quiet, ops, ...c });
   const metrics = ops && config.metricsPort !== undefined ? await startMetricsServer(ops, config.host, config.metricsPort) : undefined;
   const hostForUrl = config.host.includes(':') ? `[${config.host}]` : config.host;
   let stopping: Promise<void> | undefined;
   return {
     engine,
+    http,
+    grpc,
     httpPort,
     grpcPort: grpc.port,
     url: `http://${hostForUrl}:${httpPort}`,
@@ -56,8 +76,22 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     stop() {
       stopping ??= (async () => {
         engine.beginShutdown();
-        await Promise.all([http.close(), grpc.close(GRPC_DRAIN_MS), metrics?.close()]);
-        await engine.close();
+        const work = (async () => {
+          await Promise.all([http.close(FACE_DRAIN_MS), grpc.close(FACE_DRAIN_MS), metrics?.close()]);
+          await engine.close();
+        })();
+        // The deadline holds whatever happens: past it the process may exit without the snapshot (the log is the
+        // truth, and LMDB is crash-safe), never hang.
+        let timer: NodeJS.Timeout | undefined;
+        const deadline = new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            log(`shutdown: drain deadline of ${DRAIN_DEADLINE_MS} ms passed; stopping without waiting further`);
+            resolve();
+          }, DRAIN_DEADLINE_MS);
+          timer.unref();
+        });
+        await Promise.race([work, deadline]);
+        clearTimeout(timer);
       })();
       return stopping;
     },

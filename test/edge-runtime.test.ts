@@ -170,6 +170,7 @@ test('in a node:vm context with web globals only, ctx.waitUntil(analytics.flush(
     fetch, Request, Response, Headers, URL, URLSearchParams, AbortController, AbortSignal, Event, EventTarget,
     setTimeout, clearTimeout, setInterval, clearInterval, queueMicrotask, structuredClone, atob, btoa,
     crypto: globalThis.crypto, TextEncoder, TextDecoder, console,
+    Blob, ReadableStream, CompressionStream, DecompressionStream,
   });
   assert.equal(vm.runInContext('[typeof process, typeof require, typeof Buffer, typeof module].join()', context), 'undefined,undefined,undefined,undefined');
   vm.runInContext(code, context, { filename: 'edge-worker.js' });

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../src/config.ts';
-import { startService, type RunningService } from '../src/service.ts';
+import { startService, type RunningService, type ServiceOptions } from '../src/service.ts';
 import { conformanceProblem } from './openapi-conformance.ts';
 
 /** A real service on port 0 over a real LMDB in a temporary directory. */
@@ -25,6 +25,7 @@ export interface TestServiceOptions {
   now?: () => number;
   dataDir?: string;
   adminKey?: string;
+  connections?: ServiceOptions['connections'];
 }
 
 export async function startTestService(env: Record<string, string> = {}, opts: TestServiceOptions = {}): Promise<TestService> {
@@ -39,7 +40,10 @@ export async function startTestService(env: Record<string, string> = {}, opts: T
     ANALYTICS_QUIET: '1',
     ...env,
   });
-  const service = await startService(config, opts.now ? { now: opts.now } : {});
+  const service = await startService(config, {
+    ...(opts.now ? { now: opts.now } : {}),
+    ...(opts.connections ? { connections: opts.connections } : {}),
+  });
   const handle: TestService = {
     url: service.url,
     grpcAddress: service.grpcAddress,

@@ -185,7 +185,8 @@ describe('GET /health', () => {
   test('answers 200 {status:"ok", version, uptimeSeconds} without a key, and without rate-limit headers', async () => {
     const r = await api(svc.url, '/health');
     assert.equal(r.status, 200);
-    assert.deepEqual(Object.keys(r.body).sort(), ['status', 'uptimeSeconds', 'version']);
+    // the contract's fields, plus `log` (the last verification of the log, issue 17)
+    assert.deepEqual(Object.keys(r.body).sort(), ['log', 'status', 'uptimeSeconds', 'version']);
     assert.equal(r.body.status, 'ok');
     const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
     assert.equal(r.body.version, pkg.version);

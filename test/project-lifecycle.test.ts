@@ -3,6 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import type { LogRecord } from '../src/core/types.ts';
+import { check } from '../src/engine/maintenance.ts';
 import { AnalyticsClient } from '../src/grpc/client.ts';
 import { LogStore } from '../src/store/log-store.ts';
 import { assertError } from './contract-helpers.ts';
@@ -234,10 +236,51 @@ describe('DELETE /projects/{id}', () => {
       assert.deepEqual(listed.body.projects.map((p: { id: string }) => p.id), [kept.project.id]);
       await again.stop();
       assert.deepEqual(filesContaining(own.dataDir, marker), []);
+      // Log format 2: the five batches became tombstones of the same count, so the log is still continuous, every
+      // checksum holds, and `analytics check` finds nothing wrong.
+      const report = await check(own.dataDir);
+      assert.deepEqual(report.problems, []);
+      const store = LogStore.open(own.dataDir, 'flush', { readOnly: true });
+      try {
+        const read = [...store.readAfter(0)];
+        assert.equal(read.length, store.lastSeq(), 'every sequence is read, erased ones included');
+        assert.equal(read.filter((r) => r.record.t === 'x').length, 100);
+        assert.equal(read.filter((r) => r.record.t !== 'x' && r.record.p === doomed.project.id).length, 0);
+      } finally {
+        await store.close();
+      }
       await again.destroy();
     } finally {
       await own.stop().catch(() => {});
     }
+  });
+});
+
+describe('erasure in log format 2', () => {
+  test('an entry mixing projects (only tools write those) keeps the other records and its sequences; checksums hold', async () => {
+    const own = await startTestService();
+    const dataDir = own.dataDir;
+    await own.stop();
+    const store = LogStore.open(dataDir, 'flush');
+    try {
+      const rec = (p: string, i: number): LogRecord => ({
+        t: 'e', p, ts: 1_763_700_000_000 + i, rt: 1_763_700_000_000 + i, day: '2026-11-21', event: 'page_view', url: `https://a.example/${p}/${i}`,
+        path: `/${p}/${i}`, referrer: '', source: 'Direct', sessionId: `s${i}`, user: `s:s${i}`, country: '', device: 'desktop', params: {},
+      } as LogRecord);
+      const start = store.lastSeq() + 1;
+      await store.append([rec('p_gone', 1), rec('p_gone', 2)]);
+      await store.append([rec('p_keep', 3), rec('p_gone', 4), rec('p_keep', 5)]);
+      await store.append([rec('p_keep', 6)]);
+      assert.equal(await store.eraseProjectEvents('p_gone'), 3);
+      const read = [...store.readAfter(start - 1)].map(({ seq, record }) => [seq - start, record.t === 'x' ? 'x' : record.p]);
+      assert.deepEqual(read, [[0, 'x'], [1, 'x'], [2, 'p_keep'], [3, 'x'], [4, 'p_keep'], [5, 'p_keep']]);
+      assert.equal(await store.eraseProjectEvents('p_gone'), 0, 'a second erasure finds nothing');
+    } finally {
+      await store.close();
+    }
+    const report = await check(dataDir);
+    assert.deepEqual(report.problems, []);
+    await (await own.restart()).destroy();
   });
 });
 

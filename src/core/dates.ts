@@ -68,12 +68,23 @@ export function daysBetween(from: string, to: string): number {
   return Math.round((utcMidnight(to) - utcMidnight(from)) / DAY_MS) + 1;
 }
 
-/** Every day from `from` to `to`, inclusive. */
-export function eachDay(from: string, to: string): string[] {
-  const out: string[] = [];
-  for (let d = from; d <= to; d = addDays(d, 1)) out.push(d);
+/**
+ * Every day from `from` to `to`, inclusive. The count is fixed before the loop runs (never a string comparison that
+ * a year past 9999 breaks: the day after 9999-12-31 formats as '+010000-01-01', which sorts first) and capped, so no
+ * input makes it spin.
+ */
+export function eachDay(from: string, to: string, maxDays: number = MAX_DAYS_PER_LOOP): string[] {
+  const n = daysBetween(from, to);
+  if (!Number.isFinite(n) || n <= 0) return [];
+  if (n > maxDays) throw new RangeError(`a day loop over ${n} days exceeds its bound of ${maxDays}`);
+  const out: string[] = new Array<string>(n);
+  const start = utcMidnight(from);
+  for (let i = 0; i < n; i++) out[i] = new Date(start + i * DAY_MS).toISOString().slice(0, 10);
   return out;
 }
+
+/** No caller loops over more days than this (the longest metrics range is 366; a compare doubles it, with slack). */
+const MAX_DAYS_PER_LOOP = 1000;
 
 /** The month utcMonthOf computed last, as [start, end) in ms: the reducer asks once per event, almost always the same month. */
 let monthStart = 0;

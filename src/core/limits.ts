@@ -61,6 +61,10 @@ export const RECENT_RING_SIZE = 1000;
 export const RECENT_RETURNED = 50;
 /** CONTRACT: longest metrics range, inclusive. */
 export const MAX_RANGE_DAYS = 366;
+/** CONTRACT: the earliest date a metrics read may name; no analytics predates it, and it keeps day loops finite. */
+export const MIN_QUERY_DATE = '2000-01-01';
+/** CONTRACT: the latest; far enough for any real range, far from year 9999, where the day after no longer sorts after it. */
+export const MAX_QUERY_DATE = '2199-12-31';
 
 /**
  * Days with fewer distinct users than this are unioned exactly on range reads; larger days keep a

@@ -2,7 +2,7 @@ import { sortedBreakdown } from './capped-counter.ts';
 import { formatRate, type DayAggregate } from './day-aggregate.ts';
 import { daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { MAX_RANGE_DAYS, RECENT_RETURNED } from './limits.ts';
+import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MIN_QUERY_DATE, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
 import type { AnalyticsState } from './state.ts';
 import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
@@ -23,9 +23,16 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
   if (q.to !== undefined && q.from === undefined) return { ok: false, message: '`to` requires `from`' };
   for (const [name, v] of [['date', q.date], ['from', q.from], ['to', q.to]] as const) {
     if (v !== undefined && !isValidDate(v)) return { ok: false, message: `\`${name}\` must be a date YYYY-MM-DD` };
+    if (v !== undefined && (v < MIN_QUERY_DATE || v > MAX_QUERY_DATE)) {
+      return { ok: false, message: `\`${name}\` must lie between ${MIN_QUERY_DATE} and ${MAX_QUERY_DATE}` };
+    }
   }
   const from = q.date ?? q.from ?? today;
   const to = q.date ?? q.to ?? (q.from !== undefined ? today : from);
+  if (!isValidDate(from) || !isValidDate(to) || from < MIN_QUERY_DATE || to > MAX_QUERY_DATE) {
+    // only reachable through `today` (a clock outside the bounds): refuse rather than loop
+    return { ok: false, message: `dates must lie between ${MIN_QUERY_DATE} and ${MAX_QUERY_DATE}` };
+  }
   if (from > to) return { ok: false, message: '`from` must not be after `to`' };
   if (daysBetween(from, to) > MAX_RANGE_DAYS) {
     return { ok: false, message: `a range covers at most ${MAX_RANGE_DAYS} days` };

@@ -124,7 +124,7 @@ export class Engine implements AnalyticsEngine {
   static async open(opts: EngineOptions): Promise<Engine> {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
-    const store = LogStore.open(opts.config.dataDir, opts.config.durability);
+    const store = LogStore.open(opts.config.dataDir, opts.config.durability, { log });
     const files = new SnapshotFiles(opts.config.dataDir);
     const state = recoverState(store, files, log);
     const enricher = await createEnricher({
@@ -462,7 +462,7 @@ export class Engine implements AnalyticsEngine {
     this.pendingCounts.delete(projectId);
     // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
     await this.snapshotter.snapshot({ replaceAll: true });
-    this.log(`project ${projectId} deleted; ${n} log entries erased`);
+    this.log(`project ${projectId} deleted; ${n} log records erased`);
   }
 
   listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }> {
@@ -555,6 +555,7 @@ export class Engine implements AnalyticsEngine {
       status: this.closing || !this.storageOk ? 'unavailable' : 'ok',
       version: this.version,
       uptimeSeconds: Math.floor((this.now() - this.startedAt) / 1000),
+      log: { lastSeq: this.store.lastSeq(), verifiedRecords: this.store.verified, verifiedAt: new Date(this.startedAt).toISOString(), ok: true },
     };
   }
 

@@ -1,6 +1,6 @@
 import { fromSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply } from '../core/state.ts';
-import type { LogStore } from '../store/log-store.ts';
+import { LogDamage, type LogStore } from '../store/log-store.ts';
 import type { SnapshotFiles } from '../store/snapshot-files.ts';
 
 /** Print replay progress only when the tail is long enough for someone to wonder (~0.3 s of replay). */
@@ -30,10 +30,27 @@ export function recoverState(store: LogStore, files: SnapshotFiles, log: (line: 
   if (snap && state.lastSeq > 0) log(`restored snapshot at sequence ${state.lastSeq}`);
   if (loud) log(`replaying ${tail} log records after sequence ${state.lastSeq}...`);
   let n = 0;
-  for (const { seq, record } of store.readAfter(state.lastSeq)) {
-    apply(state, seq, record);
-    if (loud && ++n % PROGRESS_EVERY === 0) log(`  replayed ${n}/${tail} (${Math.round((n / tail) * 100)}%)`);
+  try {
+    for (const { seq, record } of store.readAfter(state.lastSeq)) {
+      apply(state, seq, record);
+      if (loud && ++n % PROGRESS_EVERY === 0) log(`  replayed ${n}/${tail} (${Math.round((n / tail) * 100)}%)`);
+    }
+  } catch (err) {
+    if (err instanceof LogDamage) throw new RecoveryRefused(err);
+    throw err;
   }
   if (loud) log(`replayed ${tail} records in ${Math.round(performance.now() - started)} ms`);
   return state;
+}
+
+/** Startup found the log damaged: the service refuses to start rather than serve a partial truth. */
+export class RecoveryRefused extends Error {
+  constructor(readonly damage: LogDamage) {
+    super(
+      `${damage.message}. Refusing to start: serving from here would silently lose acknowledged events.\n` +
+        'Way out: stop, restore the newest backup (`analytics backup DEST` made it: copy DEST/analytics.lmdb and ' +
+        'DEST/snapshots/ into the data directory), and start again. Without a backup, keep a copy of the damaged ' +
+        'data directory for investigation before anything else.',
+    );
+  }
 }

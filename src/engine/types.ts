@@ -140,6 +140,8 @@ export interface HealthView {
   status: 'ok' | 'unavailable';
   version: string;
   uptimeSeconds: number;
+  /** the last verification of the log (startup checks checksums and continuity of everything it replays) */
+  log?: { lastSeq: number; verifiedRecords: number; verifiedAt: string; ok: boolean };
 }
 
 /** The engine's public surface. `src/engine/engine.ts` implements it. */

@@ -3,6 +3,7 @@ import type { DescMessage, Message, MessageShape } from '@bufbuild/protobuf';
 import { Server, ServerCredentials, status } from '@grpc/grpc-js';
 import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
 import { ReflectionService } from '@grpc/reflection';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import {
   AnalyticsService,
   CreateKeyRequestSchema,
@@ -24,6 +25,7 @@ import {
 import { MAX_BODY_BYTES } from '../core/limits.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
+import { CONNECTION_LIMITS, ConnectionGuard } from '../net/connection-guard.ts';
 import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
@@ -57,6 +59,26 @@ const MAX_RECEIVE_MESSAGE_BYTES = MAX_BODY_BYTES;
 const MAX_CONCURRENT_STREAMS = 128;
 /** close() without a grace period: enough for in-flight batches to commit (one LMDB commit is milliseconds). */
 const DEFAULT_GRACE_MS = 5_000;
+/** The HTTP/2 client preface ('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'): a client sends it before anything else. */
+const HTTP2_PREFACE_BYTES = 24;
+
+export interface GrpcServerOptions {
+  host: string;
+  port: number;
+  quiet?: boolean;
+  /** operator metrics (METRICS_PORT set); absent = none recorded */
+  ops?: OperatorMetrics | undefined;
+  /** connection caps and the handshake deadline (tests use small ones); absent = CONNECTION_LIMITS */
+  maxConnections?: number;
+  maxConnectionsPerIp?: number;
+  handshakeMs?: number;
+}
+
+export interface RunningGrpc {
+  port: number;
+  guard: ConnectionGuard;
+  close(graceMs?: number): Promise<void>;
+}
 
 type UnaryHandler = (call: ServerUnaryCall<Buffer, Message>, callback: sendUnaryData<Message>) => void;
 
@@ -104,10 +126,7 @@ function listenAddress(host: string, port: number): string {
   return `${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${port}`;
 }
 
-export async function startGrpcServer(
-  engine: AnalyticsEngine,
-  opts: { host: string; port: number; quiet?: boolean; ops?: OperatorMetrics | undefined },
-): Promise<{ port: number; close(graceMs?: number): Promise<void> }> {
+export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerOptions): Promise<RunningGrpc> {
   // Faults are logged even when quiet: they are bugs, and the caller only ever sees "internal error".
   const onFault = (err: unknown): void => console.error('grpc handler fault:', err);
   const streams = new Set<StreamDrain>();
@@ -207,29 +226,72 @@ export async function startGrpcServer(
   const health = addHealthService(server, ['', AnalyticsService.typeName]);
   new ReflectionService(reflectionPackage(file_analytics_v1_analytics)).addToServer(server);
 
+  // grpc-js hides its sockets and has no handshake deadline, so the face owns the TCP listener: each connection passes
+  // the guard (caps, and the HTTP/2 preface within the deadline) before it is handed to grpc-js.
+  const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
+  const guard = new ConnectionGuard(
+    {
+      maxOpen: opts.maxConnections ?? CONNECTION_LIMITS.maxOpen,
+      maxPerIp: opts.maxConnectionsPerIp ?? CONNECTION_LIMITS.maxPerIp,
+      handshakeMs: opts.handshakeMs ?? CONNECTION_LIMITS.handshakeMs,
+    },
+    // HTTP/2 has no answer before the preface: a refused client sees the connection closed (gRPC UNAVAILABLE)
+    (socket) => socket.destroy(),
+  );
+  // A connection is handed over once its first bytes hold the preface; until then it is a plain socket the guard can
+  // close (once grpc-js owns it, destroying the net.Socket no longer closes the fd). Node's HTTP/2 session reads
+  // what was put back with unshift() first.
+  const injected = new WeakSet<Socket>();
+  const prefaced = (socket: Socket) => injected.has(socket);
+  const listener = createNetServer((socket) => {
+    if (!guard.admit(socket, prefaced)) return;
+    const head: Buffer[] = [];
+    let bytes = 0;
+    const onData = (chunk: Buffer) => {
+      head.push(chunk);
+      bytes += chunk.length;
+      if (bytes < HTTP2_PREFACE_BYTES) return;
+      socket.off('data', onData);
+      socket.pause();
+      socket.unshift(head.length === 1 ? head[0]! : Buffer.concat(head, bytes));
+      injected.add(socket);
+      injector.injectConnection(socket);
+    };
+    socket.on('data', onData);
+    socket.on('error', () => {}); // a reset before the handshake is the client's business
+  });
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(listenAddress(opts.host, opts.port), ServerCredentials.createInsecure(), (err, bound) =>
-      err ? reject(err) : resolve(bound),
-    );
+    listener.once('error', reject);
+    listener.listen(opts.port, opts.host, () => {
+      listener.off('error', reject);
+      resolve((listener.address() as AddressInfo).port);
+    });
   });
   if (opts.quiet !== true) console.log(`gRPC listening on ${listenAddress(opts.host, port)}`);
 
   let closing: Promise<void> | undefined;
   return {
     port,
+    guard,
     close(graceMs = DEFAULT_GRACE_MS) {
       closing ??= new Promise<void>((resolve) => {
+        listener.close();
         health.stopServing();
+        // Connections that never completed the preface have no call to finish.
+        guard.destroyAll(prefaced);
         // Streams stay open until their client ends them; ask each to stop after its current batch's ack.
         for (const stream of [...streams]) stream.stop();
+        const done = () => {
+          clearTimeout(force);
+          injector.destroy();
+          guard.destroyAll();
+          resolve();
+        };
         const force = setTimeout(() => {
           server.forceShutdown();
-          resolve();
+          done();
         }, graceMs);
-        server.tryShutdown(() => {
-          clearTimeout(force);
-          resolve();
-        });
+        server.tryShutdown(done);
       });
       return closing;
     },

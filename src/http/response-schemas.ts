@@ -128,5 +128,25 @@ export const CreatedKey = z
   .meta({ description: 'the key itself is shown only here' });
 
 export const Health = z
-  .strictObject({ status: z.enum(['ok', 'unavailable']), version: z.string(), uptimeSeconds: z.number().int().min(0) })
-  .meta({ example: { status: 'ok', version: '0.1.0', uptimeSeconds: 42 } });
+  .strictObject({
+    status: z.enum(['ok', 'unavailable']),
+    version: z.string(),
+    uptimeSeconds: z.number().int().min(0),
+    log: z
+      .strictObject({
+        lastSeq: z.number().int().min(0),
+        verifiedRecords: z.number().int().min(0),
+        verifiedAt: z.iso.datetime(),
+        ok: z.boolean(),
+      })
+      .optional()
+      .meta({ description: 'the last verification of the log: startup checks the checksum and continuity of every entry it replays' }),
+  })
+  .meta({
+    example: {
+      status: 'ok',
+      version: '0.1.0',
+      uptimeSeconds: 42,
+      log: { lastSeq: 3000, verifiedRecords: 120, verifiedAt: '2026-11-23T06:00:00.000Z', ok: true },
+    },
+  });

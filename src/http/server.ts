@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
 import {
@@ -13,11 +13,12 @@ import {
   type RequestMeta,
 } from '../engine/types.ts';
 import { serveMcp } from '../mcp/http-endpoint.ts';
+import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams } from './query-schemas.ts';
-import { readBody } from './read-body.ts';
+import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
  * The HTTP face: parses the wire, calls the engine, maps outcomes to status codes and headers. It holds no rules
@@ -39,6 +40,8 @@ const PREFLIGHT_MAX_AGE_S = 7200;
 /** /script.js is re-validated daily; /script.<hash>.js never changes, so it is cached for a year. */
 const SCRIPT_MAX_AGE_S = 86_400;
 const IMMUTABLE_MAX_AGE_S = 31_536_000;
+/** At shutdown, in-flight requests get this long to finish; those still running then are answered 503 and closed. */
+export const HTTP_DRAIN_MS = 5_000;
 
 const EXPOSED = 'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
 
@@ -54,6 +57,9 @@ export interface HttpOptions {
   connectionsCheckingIntervalMs?: number;
   /** operator metrics: requests by endpoint and outcome */
   ops?: OperatorMetrics | undefined;
+  /** connection caps (tests use small ones); the first request's headers are due within headersTimeoutMs */
+  maxConnections?: number;
+  maxConnectionsPerIp?: number;
 }
 
 /** `query` has passed the route's schema in query-schemas.ts (routes without one: every parameter, first value). */
@@ -106,10 +112,19 @@ export function statusOf(code: ErrorCode): number {
 
 export class HttpFace {
   readonly server: Server;
+  /** accepts TCP connections and hands the admitted ones to `server` */
+  readonly listener: NetServer;
+  readonly guard: ConnectionGuard;
   private readonly routes: Record<string, Record<string, Handler>>;
   private readonly paramRoutes: Array<[RegExp, Record<string, Handler>]>;
   /** the error code each answer carried, for operator metrics */
   private readonly outcomes = new WeakMap<ServerResponse, string>();
+  /** connections that have sent at least one request's headers */
+  private readonly started = new WeakSet<Socket>();
+  /** responses in progress, and how many per connection */
+  private readonly active = new Set<ServerResponse>();
+  private readonly busy = new Map<Socket, number>();
+  private closing = false;
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -149,26 +164,72 @@ export class HttpFace {
         keepAliveTimeout: options.keepAliveTimeoutMs ?? KEEP_ALIVE_TIMEOUT_MS,
         connectionsCheckingInterval: options.connectionsCheckingIntervalMs ?? CONNECTIONS_CHECKING_INTERVAL_MS,
       },
-      (req, res) => void this.handle(req, res),
+      (req, res) => this.track(req, res),
     );
+    const limits: GuardLimits = {
+      maxOpen: options.maxConnections ?? CONNECTION_LIMITS.maxOpen,
+      // behind a trusted proxy every connection comes from the proxy: only the total cap applies
+      maxPerIp: options.trustProxy ? 0 : (options.maxConnectionsPerIp ?? CONNECTION_LIMITS.maxPerIp),
+      handshakeMs: options.headersTimeoutMs ?? HEADERS_TIMEOUT_MS,
+    };
+    this.guard = new ConnectionGuard(limits, refuseHttp);
+    this.listener = createNetServer((socket) => {
+      if (this.guard.admit(socket, (s) => this.started.has(s))) this.server.emit('connection', socket);
+    });
   }
 
   listen(): Promise<number> {
     return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(this.options.port, this.options.host, () => {
-        this.server.off('error', reject);
-        resolve((this.server.address() as AddressInfo).port);
+      this.listener.once('error', reject);
+      this.listener.listen(this.options.port, this.options.host, () => {
+        this.listener.off('error', reject);
+        // The http server never listens itself; 'listening' is what starts its headersTimeout/requestTimeout checks.
+        this.server.emit('listening');
+        resolve((this.listener.address() as AddressInfo).port);
       });
     });
   }
 
-  /** Stops accepting connections and waits for in-flight requests to finish. */
-  close(): Promise<void> {
-    return new Promise((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeIdleConnections();
+  /**
+   * Stops accepting connections, closes every connection with no request in progress (idle keep-alive and silent
+   * ones alike), lets in-flight requests finish for up to `drainMs`, then answers those still running 503 and closes
+   * everything. Resolves when no connection is left.
+   */
+  async close(drainMs: number = HTTP_DRAIN_MS): Promise<void> {
+    this.closing = true;
+    const stopped = new Promise<void>((resolve) => this.listener.close(() => resolve()));
+    this.guard.destroyAll((s) => this.busy.has(s));
+    const deadline = Date.now() + drainMs;
+    while (this.active.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    for (const res of this.active) {
+      if (!res.headersSent) {
+        res.setHeader('Connection', 'close');
+        this.send(res, failure('unavailable', 'the service is shutting down; retry', { retryAfterSeconds: 1 }));
+      }
+    }
+    // let those answers reach the wire, then nothing is left open
+    await new Promise((r) => setTimeout(r, 50));
+    this.guard.destroyAll();
+    this.server.closeAllConnections();
+    this.server.close(() => {}); // stops its timeout checks (it reports "not running": it never listened itself)
+    await stopped;
+  }
+
+  /** Every request: note its connection as a real client and as busy until the response is done. */
+  private track(req: IncomingMessage, res: ServerResponse): void {
+    const socket = req.socket;
+    this.started.add(socket);
+    this.active.add(res);
+    this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    if (this.closing) res.setHeader('Connection', 'close');
+    res.once('close', () => {
+      this.active.delete(res);
+      const n = (this.busy.get(socket) ?? 1) - 1;
+      if (n <= 0) this.busy.delete(socket);
+      else this.busy.set(socket, n);
+      if (this.closing) socket.destroySoon();
     });
+    void this.handle(req, res);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -324,9 +385,16 @@ export class HttpFace {
       req.resume();
       return wireFail('unsupported_media_type', 'send Content-Type: application/json (or text/plain for beacons)');
     }
-    const body = await readBody(req);
+    const encoding = bodyEncoding(req.headers['content-encoding']);
+    if (encoding === undefined) {
+      req.resume();
+      return wireFail('unsupported_media_type', 'send the body plain or with Content-Encoding: gzip');
+    }
+    const body = await readBody(req, encoding);
     if (!body.ok) {
       if (body.reason === 'aborted') return { ...wireFail('invalid_request', body.message), aborted: true };
+      // the rest of a body that does not inflate is unread: answer, then close the connection
+      if (body.reason === 'bad_encoding') return { ...wireFail('invalid_request', body.message), tooLarge: true };
       return { ...wireFail('payload_too_large', body.message), tooLarge: true };
     }
     let text = body.text;
@@ -399,6 +467,19 @@ export class HttpFace {
     });
     res.end(json);
   }
+}
+
+/** A connection over a cap gets a complete HTTP answer before it is closed, so the client can tell why. */
+function refuseHttp(socket: Socket, why: Refusal): void {
+  const message =
+    why === 'too_many_from_ip'
+      ? 'too many open connections from your address; close idle connections and retry'
+      : 'the service has too many open connections; retry shortly';
+  const body = JSON.stringify({ ok: false, error: { code: 'unavailable', message } });
+  socket.end(
+    'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nRetry-After: 1\r\n' +
+      `Connection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
 }
 
 interface JsonFailure extends Failure {

@@ -20,9 +20,19 @@ const NAME = /^snapshot-(\d{16})\.bin$/;
 export class SnapshotFiles {
   private readonly dir: string;
 
-  constructor(dataDir: string) {
+  /** `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress. */
+  constructor(dataDir: string, opts: { inspectOnly?: boolean } = {}) {
     this.dir = path.join(dataDir, 'snapshots');
     mkdirSync(this.dir, { recursive: true });
+    // A process killed mid-write leaves its temporary file (up to a full snapshot) behind: nobody else writes here.
+    if (!opts.inspectOnly) this.removeLeftovers();
+  }
+
+  /** Temporary files of writes that never finished. */
+  removeLeftovers(): string[] {
+    const gone = readdirSync(this.dir).filter((f) => f.endsWith('.tmp'));
+    for (const f of gone) rmSync(path.join(this.dir, f), { force: true });
+    return gone;
   }
 
   /** `replaceAll` removes every other snapshot once this one is durable (they may hold erased data). */
@@ -33,12 +43,17 @@ export class SnapshotFiles {
     const tmp = `${file}.tmp`;
     const fh = await openFile(tmp, 'w', 0o600);
     try {
-      await fh.writev([MAGIC, digest, body]);
-      await fh.sync();
-    } finally {
-      await fh.close();
+      try {
+        await fh.writev([MAGIC, digest, body]);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, file);
+    } catch (err) {
+      rmSync(tmp, { force: true }); // a full disk must not keep half a snapshot on it
+      throw err;
     }
-    await rename(tmp, file);
     const dh = await openFile(this.dir, 'r');
     try {
       await dh.sync();
@@ -90,7 +105,6 @@ export class SnapshotFiles {
     const all = this.files();
     const drop = only !== undefined ? all.filter((f) => f !== only) : all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT));
     for (const f of drop) rmSync(path.join(this.dir, f), { force: true });
-    for (const f of readdirSync(this.dir)) if (f.endsWith('.tmp')) rmSync(path.join(this.dir, f), { force: true });
   }
 }
 

@@ -2,6 +2,7 @@ import { MAX_BATCH_EVENTS, MAX_BODY_BYTES, MAX_PARAM_STRING } from './limits.js'
 import { type EncodedEvent, type OutgoingEvent, encodeEvent } from './encode-event.js';
 import { describeThrown, truncate } from './describe-thrown.js';
 import { isRetryableStatus, parseRetryAfter, retryDelayMs } from './retry-policy.js';
+import { encodeBody } from './gzip-body.js';
 import {
   type AnalyticsClient,
   type ClientOptions,
@@ -262,9 +263,11 @@ class BatchingClient implements AnalyticsClient {
   }
 
   async #deliver(batch: EncodedEvent[]): Promise<void> {
-    const body = `{"events":[${batch.map((e) => e.json).join(',')}]}`;
-    const init: RequestInit = { method: 'POST', headers: this.#headers, body, credentials: 'omit' };
-    if (this.#browser && body.length * 3 <= KEEPALIVE_MAX_BYTES) init.keepalive = true;
+    const json = `{"events":[${batch.map((e) => e.json).join(',')}]}`;
+    const { body, encoding } = await encodeBody(json);
+    const headers = encoding ? { ...this.#headers, 'Content-Encoding': encoding } : this.#headers;
+    const init: RequestInit = { method: 'POST', headers, body, credentials: 'omit' };
+    if (this.#browser && (typeof body === 'string' ? body.length * 3 : body.length) <= KEEPALIVE_MAX_BYTES) init.keepalive = true;
     this.#stats.inFlight += batch.length;
     try {
       for (let attempt = 0; ; attempt++) {

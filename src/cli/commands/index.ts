@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBackup } from './backup.ts';
 import { registerExport } from './export.ts';
 import { registerImport } from './import.ts';
 import { registerKeys } from './keys.ts';
@@ -16,5 +17,6 @@ export const commands: Array<(program: Command) => void> = [
   registerImport,
   registerRebuild,
   registerCheck,
+  registerBackup,
   registerMcp,
 ];

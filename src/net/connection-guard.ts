@@ -1,0 +1,98 @@
+import type { Socket } from 'node:net';
+
+/**
+ * Every TCP connection a face accepts passes here first: a cap on open connections per client IP and in all, and a
+ * deadline for the connection to prove it is a client (HTTP: headers of its first request; gRPC: the HTTP/2
+ * preface). Node closes neither a connection that never sends a byte (http's headersTimeout only starts with a
+ * request; grpc-js has no handshake deadline), so without this 20,000 silent sockets exhaust the fds and every
+ * new client fails. The guard also knows every open socket, so shutdown can close what is left at its deadline.
+ */
+
+/** The defaults, shared by both ports. */
+export const CONNECTION_LIMITS = {
+  /**
+   * Open connections per port. Two ports at 8,000 stay under a 20,000-fd limit with room for LMDB, snapshots and
+   * outgoing work; far more than one process serves usefully at once (beacons are short requests).
+   */
+  maxOpen: 8_000,
+  /**
+   * Open connections per client IP and port: an office behind one NAT address is hundreds of browsers (≤ 6 each);
+   * one IP cannot take more than an eighth of the port.
+   */
+  maxPerIp: 1_000,
+  /** A connection has this long to send its first request's headers (HTTP) or the HTTP/2 preface (gRPC). */
+  handshakeMs: 10_000,
+} as const;
+
+export interface GuardLimits {
+  maxOpen: number;
+  /** 0: no per-IP cap (behind a proxy every connection comes from the proxy) */
+  maxPerIp: number;
+  handshakeMs: number;
+}
+
+export type Refusal = 'too_many_connections' | 'too_many_from_ip';
+
+export class ConnectionGuard {
+  readonly open = new Set<Socket>();
+  private readonly perIp = new Map<string, number>();
+  /** admitted, refused and timed-out connections since start (for health and tests) */
+  admitted = 0;
+  refused = 0;
+  timedOut = 0;
+
+  constructor(
+    private readonly limits: GuardLimits,
+    /** called for a connection over a cap, before it is destroyed: write a clear refusal if the protocol allows */
+    private readonly refuse: (socket: Socket, why: Refusal) => void,
+  ) {}
+
+  /**
+   * Admits a new connection or refuses it. `proved(socket)` is asked at the handshake deadline: false closes the
+   * connection. Returns whether the socket was admitted.
+   */
+  admit(socket: Socket, proved: (socket: Socket) => boolean): boolean {
+    const ip = socket.remoteAddress ?? '';
+    const fromIp = this.perIp.get(ip) ?? 0;
+    const why: Refusal | undefined =
+      this.open.size >= this.limits.maxOpen
+        ? 'too_many_connections'
+        : this.limits.maxPerIp > 0 && fromIp >= this.limits.maxPerIp
+          ? 'too_many_from_ip'
+          : undefined;
+    if (why) {
+      this.refused++;
+      socket.on('error', () => {}); // a reset while refusing is expected
+      try {
+        this.refuse(socket, why);
+      } finally {
+        // end() lets the refusal reach the client; the timer makes sure the fd is gone soon whatever the peer does
+        setTimeout(() => socket.destroy(), 1000).unref();
+      }
+      return false;
+    }
+    this.admitted++;
+    this.open.add(socket);
+    this.perIp.set(ip, fromIp + 1);
+    const timer = setTimeout(() => {
+      if (!socket.destroyed && !proved(socket)) {
+        this.timedOut++;
+        socket.destroy();
+      }
+    }, this.limits.handshakeMs);
+    timer.unref();
+    socket.once('close', () => {
+      clearTimeout(timer);
+      this.open.delete(socket);
+      const n = (this.perIp.get(ip) ?? 1) - 1;
+      if (n <= 0) this.perIp.delete(ip);
+      else this.perIp.set(ip, n);
+    });
+    return true;
+  }
+
+  /** Destroys every open connection `keep` does not claim (shutdown). */
+  destroyAll(keep: (socket: Socket) => boolean = () => false): void {
+    for (const s of [...this.open]) if (!keep(s)) s.destroy();
+  }
+}
