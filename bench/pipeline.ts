@@ -6,7 +6,7 @@ import { normalizeEvent } from '../src/core/normalize.ts';
 import { AnalyticsState, apply, isDuplicate } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { classifySource } from '../src/enrich/index.ts';
-import { wireEvents } from './state/generate-events.ts';
+import { TRACKED_PROPS, wireEvents } from './state/generate-events.ts';
 
 /**
  * The CPU cost of each step the engine runs per event of a batch, in-process and single-threaded, on the same events
@@ -71,7 +71,9 @@ export function benchPipeline(batches: number): PipelineResult {
             sessionId: e.sessionId!,
             device: 'desktop',
             country: 'DE',
-            context: { browser: 'Chrome', os: 'Windows' },
+            browser: 'Chrome',
+            os: 'Windows',
+            trackedProps: TRACKED_PROPS,
           });
           return (r as { ok: true; event: StoredEvent }).event;
         }),

@@ -63,7 +63,7 @@ export async function runState(tmp: string, p: StateParams, progress: Progress):
     for (const range of build.core) {
       const spec = {
         origin: served.url,
-        path: `/metrics?from=${range.from}&to=${range.to}`,
+        path: `/metrics?from=${range.from}&to=${range.to}&compare=previous`,
         method: 'GET',
         headers: { authorization: `Bearer ${build.secretKey}` },
         connections: 1,

@@ -15,7 +15,7 @@ const eventArb: fc.Arbitrary<StoredEvent> = fc
   .record({
     p: fc.constantFrom(...PROJECTS),
     day: fc.constantFrom(...DAYS),
-    event: fc.constantFrom('page_view', 'page_view', 'page_view', 'signup', 'click'),
+    event: fc.constantFrom('page_view', 'page_view', 'page_view', 'signup', 'click', 'purchase'),
     path: fc.constantFrom('/', '/pricing', '/blog/a', '/docs'),
     source: fc.constantFrom('Direct', 'Google', 'news.example', 'Hacker News'),
     session: fc.integer({ min: 1, max: 12 }),
@@ -23,6 +23,14 @@ const eventArb: fc.Arbitrary<StoredEvent> = fc
     country: fc.constantFrom('DE', 'US', 'Unknown'),
     device: fc.constantFrom('desktop', 'mobile'),
     ts: fc.integer({ min: 0, max: 86_399_999 }),
+    browser: fc.option(fc.constantFrom('Chrome', 'Firefox'), { nil: undefined }),
+    os: fc.option(fc.constantFrom('Linux', 'iOS'), { nil: undefined }),
+    utmMedium: fc.option(fc.constantFrom('email', 'cpc'), { nil: undefined }),
+    utmCampaign: fc.option(fc.constantFrom('launch', 'sale'), { nil: undefined }),
+    plan: fc.option(fc.constantFrom('free', 'pro'), { nil: undefined }),
+    cents: fc.option(fc.integer({ min: -500, max: 100_000 }), { nil: undefined }),
+    currency: fc.constantFrom('EUR', 'usd', 'EURO', 'eur'),
+    rtMinute: fc.integer({ min: 0, max: 40 }),
   })
   .map((r) => {
     const sessionId = `s${r.session}`;
@@ -30,7 +38,7 @@ const eventArb: fc.Arbitrary<StoredEvent> = fc
       t: 'e',
       p: r.p,
       ts: Date.parse(`${r.day}T00:00:00Z`) + r.ts,
-      rt: Date.parse('2026-11-21T00:00:00Z'),
+      rt: Date.parse('2026-11-21T00:00:00Z') + r.rtMinute * 60_000,
       day: r.day,
       event: r.event,
       url: `https://site.example${r.path}?q=1`,
@@ -41,9 +49,16 @@ const eventArb: fc.Arbitrary<StoredEvent> = fc
       user: r.user !== undefined ? `u:${r.user}` : `s:${sessionId}`,
       country: r.country,
       device: r.device,
-      params: {},
+      params: (r.cents === undefined ? {} : { value: r.cents / 100, currency: r.currency }) as StoredEvent['params'],
+      ...(r.browser ? { browser: r.browser } : {}),
+      ...(r.os ? { os: r.os } : {}),
+      ...(r.utmMedium ? { utmMedium: r.utmMedium } : {}),
+      ...(r.utmCampaign ? { utmCampaign: r.utmCampaign } : {}),
+      ...(r.plan ? { props: { plan: r.plan } } : {}),
     } satisfies StoredEvent;
   });
+
+const TRACKED = ['plan', 'absent'];
 
 function fold(events: StoredEvent[], state = new AnalyticsState(), from = 0): AnalyticsState {
   for (let i = from; i < events.length; i++) apply(state, i + 1, events[i]!);
@@ -67,7 +82,12 @@ describe('the reducer', () => {
         assert.equal(restored.lastSeq, whole.lastSeq);
         for (const p of PROJECTS) {
           for (const [from, to] of ranges()) {
-            assert.deepEqual(metrics(restored, p, 'UTC', from, to), metrics(whole, p, 'UTC', from, to));
+            const opts = { trackedProps: TRACKED, compare: { from: DAYS[0]!, to: DAYS[1]! } };
+            assert.deepEqual(metrics(restored, p, 'UTC', from, to, opts), metrics(whole, p, 'UTC', from, to, opts));
+          }
+          for (const minute of [0, 20, 40, 80]) {
+            const now = Date.parse('2026-11-21T00:00:30Z') + minute * 60_000;
+            assert.deepEqual(restored.project(p).realtime.read(now), whole.project(p).realtime.read(now));
           }
         }
       }),
@@ -81,8 +101,8 @@ describe('the reducer', () => {
         const state = fold(events);
         for (const p of PROJECTS) {
           for (const [from, to] of ranges()) {
-            const got = metrics(state, p, 'UTC', from, to);
-            const want = referenceMetrics(events, p, from, to);
+            const got = metrics(state, p, 'UTC', from, to, { trackedProps: TRACKED });
+            const want = referenceMetrics(events, p, from, to, TRACKED);
             const { projectId, from: f, to: t, timezone, daily, bots, ...figures } = got;
             assert.deepEqual(figures, want);
             assert.equal(daily.length, DAYS.indexOf(to) - DAYS.indexOf(from) + 1);
@@ -99,7 +119,7 @@ describe('the reducer', () => {
   test('breakdowns are ordered by count, highest first', () => {
     const events = fc.sample(eventArb, { numRuns: 500, seed: 7 });
     const m = metrics(fold(events), 'p_a', 'UTC', DAYS[0]!, DAYS[2]!);
-    for (const breakdown of [m.trafficSources, m.countries, m.devices, m.pages, m.events]) {
+    for (const breakdown of [m.trafficSources, m.countries, m.devices, m.pages, m.events, m.entryPages, m.browsers, m.operatingSystems, m.utmMediums, m.utmCampaigns]) {
       const counts = Object.values(breakdown);
       assert.deepEqual(counts, [...counts].sort((a, b) => b - a));
     }

@@ -84,14 +84,38 @@ function metricsFromMessage(m: GetMetricsResponse): MetricsResponse {
       device: r.device,
       sessionId: r.sessionId,
     })),
-    daily: m.daily.map((d) => ({
-      date: d.date,
-      users: Number(d.users),
-      sessions: Number(d.sessions),
-      pageviews: Number(d.pageviews),
-      bounceRate: d.bounceRate,
-    })),
+    daily: dailyFromMessage(m.daily),
+    entryPages: breakdown(m.entryPages),
+    browsers: breakdown(m.browsers),
+    operatingSystems: breakdown(m.operatingSystems),
+    utmMediums: breakdown(m.utmMediums),
+    utmCampaigns: breakdown(m.utmCampaigns),
+    revenue: Object.fromEntries(m.revenue.map((r) => [r.currency, { total: r.total, purchases: Number(r.purchases) }])),
+    props: Object.fromEntries(m.props.map((p) => [p.key, breakdown(p.values)])),
+    ...(m.compare
+      ? {
+          compare: {
+            from: m.compare.from,
+            to: m.compare.to,
+            users: Number(m.compare.users),
+            sessions: Number(m.compare.sessions),
+            pageviews: Number(m.compare.pageviews),
+            bounceRate: m.compare.bounceRate,
+            daily: dailyFromMessage(m.compare.daily),
+          },
+        }
+      : {}),
   };
+}
+
+function dailyFromMessage(days: GetMetricsResponse['daily']): MetricsResponse['daily'] {
+  return days.map((d) => ({
+    date: d.date,
+    users: Number(d.users),
+    sessions: Number(d.sessions),
+    pageviews: Number(d.pageviews),
+    bounceRate: d.bounceRate,
+  }));
 }
 
 function withoutProjectId(m: MetricsResponse): Omit<MetricsResponse, 'projectId'> {
@@ -298,11 +322,12 @@ describe('gRPC statuses', () => {
 
 describe('gRPC and HTTP give the same aggregates', () => {
   test('events sent over gRPC and the same events over HTTP to an identical project yield identical metrics', async () => {
-    const viaGrpc = await createProject(svc.url, svc.adminKey, { name: 'twin', timezone: 'Europe/Berlin' });
-    const viaHttp = await createProject(svc.url, svc.adminKey, { name: 'twin', timezone: 'Europe/Berlin' });
+    const twin = { name: 'twin', timezone: 'Europe/Berlin', tracked_props: ['plan', 'seats', 'trial', 'coupon'] };
+    const viaGrpc = await createProject(svc.url, svc.adminKey, twin);
+    const viaHttp = await createProject(svc.url, svc.adminKey, twin);
     const t0 = Date.now() - 60_000;
     const json = [
-      { event: 'page_view', url: 'https://shop.example/?utm_source=newsletter', sessionId: 's1', timestamp: t0, country: 'de' },
+      { event: 'page_view', url: 'https://shop.example/?utm_source=newsletter&utm_medium=email&utm_campaign=launch', sessionId: 's1', timestamp: t0, country: 'de' },
       { event: 'page_view', url: '/pricing#plans', sessionId: 's1', referrer: 'https://www.google.com/search?q=x', timestamp: t0 + 1000 },
       { event: 'page_view', url: '/', sessionId: 's2', userId: 'u2', referrer: 'Newsletter', device: 'Tablet', timestamp: new Date(t0 + 2000).toISOString() },
       { event: 'signup', sessionId: 's2', fingerprint: 'fp', eventParams: { plan: 'pro', seats: 3, trial: true, coupon: null }, timestamp: t0 + 3000, eventId: 'e-signup' },
@@ -316,7 +341,7 @@ describe('gRPC and HTTP give the same aggregates', () => {
     try {
       const ack = await grpcUser.ingest({
         events: [
-          { event: 'page_view', url: 'https://shop.example/?utm_source=newsletter', sessionId: 's1', timestamp: { case: 'timestampMs', value: BigInt(t0) }, country: 'de' },
+          { event: 'page_view', url: 'https://shop.example/?utm_source=newsletter&utm_medium=email&utm_campaign=launch', sessionId: 's1', timestamp: { case: 'timestampMs', value: BigInt(t0) }, country: 'de' },
           { event: 'page_view', url: '/pricing#plans', sessionId: 's1', referrer: 'https://www.google.com/search?q=x', timestamp: { case: 'timestampMs', value: BigInt(t0 + 1000) } },
           { event: 'page_view', url: '/', sessionId: 's2', userId: 'u2', referrer: 'Newsletter', device: 'Tablet', timestamp: { case: 'timestampIso', value: new Date(t0 + 2000).toISOString() } },
           {
@@ -354,15 +379,44 @@ describe('gRPC and HTTP give the same aggregates', () => {
       });
       assert.equal(http.status, 200, JSON.stringify(http.body));
 
-      const query = `?from=${todayUtc(t0 - 86_400_000)}`;
+      const query = `?from=${todayUtc(t0 - 86_400_000)}&compare=previous`;
       const fromGrpc = await metricsJson(viaGrpc.keys.secret, query);
       const fromHttp = await metricsJson(viaHttp.keys.secret, query);
       assert.equal(fromGrpc.pageviews, 4);
       assert.equal(fromGrpc.devices.desktop, 2, 'the browser User-Agent reached the engine through grpc-js');
+      assert.deepEqual(fromGrpc.browsers, { Chrome: 3 });
+      assert.deepEqual(fromGrpc.operatingSystems, { Linux: 3 });
+      assert.deepEqual(fromGrpc.entryPages, { '/': 2, '/a': 1 });
+      assert.deepEqual([fromGrpc.utmMediums, fromGrpc.utmCampaigns], [{ email: 1 }, { launch: 1 }]);
+      assert.deepEqual(fromGrpc.revenue, { EUR: { total: 42.5, purchases: 1 } });
+      assert.deepEqual(fromGrpc.props, { plan: { pro: 1 }, seats: { '3': 1 }, trial: { true: 1 }, coupon: { null: 1 } });
+      assert.equal(fromGrpc.compare?.sessions, 0);
+      assert.equal(fromGrpc.compare?.daily.length, fromGrpc.daily.length);
       assert.deepEqual(withoutProjectId(fromGrpc), withoutProjectId(fromHttp));
 
-      const message = await grpcUser.getMetrics({ from: todayUtc(t0 - 86_400_000) });
+      const message = await grpcUser.getMetrics({ from: todayUtc(t0 - 86_400_000), compare: 'previous' });
       assert.deepEqual(metricsFromMessage(message), fromGrpc, 'GetMetrics carries every field of GET /metrics');
+
+      const realtimeHttp = await api(svc.url, '/metrics/realtime', { key: viaGrpc.keys.secret });
+      assert.equal(realtimeHttp.status, 200, JSON.stringify(realtimeHttp.body));
+      const rt = await grpcUser.getRealtime({});
+      assert.deepEqual(
+        {
+          projectId: rt.projectId,
+          visitors: Number(rt.visitors),
+          pageviews: Number(rt.pageviews),
+          perMinute: rt.perMinute.map(Number),
+          pages: breakdown(rt.pages),
+          sources: breakdown(rt.sources),
+        },
+        realtimeHttp.body,
+        'GetRealtime carries every field of GET /metrics/realtime',
+      );
+      assert.equal(rt.visitors, 3n);
+      assert.equal(rt.pageviews, 4n);
+
+      const refused = await refusal(grpcUser.getMetrics({ compare: 'lastweek' }));
+      assert.equal(refused.code, status.INVALID_ARGUMENT);
     } finally {
       grpcUser.close();
     }
@@ -509,7 +563,7 @@ describe('shutdown', () => {
 describe('projects over gRPC', () => {
   test('CreateProject returns the project and its keys, and ListProjects shows it to the admin and to its own key only', async () => {
     const created = await client.createProject(
-      { name: 'grpc-made', allowedOrigins: ['https://shop.example'], allowedReferrers: ['shop.example'], timezone: 'Asia/Tokyo', monthlyQuota: 500n },
+      { name: 'grpc-made', allowedOrigins: ['https://shop.example'], allowedReferrers: ['shop.example'], timezone: 'Asia/Tokyo', monthlyQuota: 500n, trackedProps: ['plan'] },
       { key: svc.adminKey },
     );
     assert.equal(created.project?.name, 'grpc-made');
@@ -532,6 +586,9 @@ describe('projects over gRPC', () => {
     const err = await refusal(client.createProject({ allowedOrigins: ['not an origin'] }, { key: svc.adminKey }));
     assert.equal(err.code, status.INVALID_ARGUMENT);
     assert.match(err.details, /allowed_origins\[0\]/);
+    const tooMany = await refusal(client.createProject({ trackedProps: Array.from({ length: 11 }, (_, i) => `k${i}`) }, { key: svc.adminKey }));
+    assert.equal(tooMany.code, status.INVALID_ARGUMENT);
+    assert.match(tooMany.details, /tracked_props/);
   });
 });
 
@@ -606,7 +663,7 @@ describe('standard services', () => {
     const file = files.find((f) => f.package === 'analytics.v1');
     assert.ok(file, files.map((f) => f.name).join(', '));
     const methods = file.service.find((s) => s.name === 'AnalyticsService')?.method ?? [];
-    assert.deepEqual(methods.map((m) => m.name), ['Ingest', 'IngestStream', 'GetMetrics', 'ListProjects', 'CreateProject', 'UpdateProject', 'DeleteProject', 'ListKeys', 'CreateKey', 'UpdateKey', 'RevokeKey']);
+    assert.deepEqual(methods.map((m) => m.name), ['Ingest', 'IngestStream', 'GetMetrics', 'GetRealtime', 'ListProjects', 'CreateProject', 'UpdateProject', 'DeleteProject', 'ListKeys', 'CreateKey', 'UpdateKey', 'RevokeKey']);
     const stream = methods.find((m) => m.name === 'IngestStream');
     assert.equal(stream?.clientStreaming, true);
     assert.equal(stream?.serverStreaming, true);

@@ -94,15 +94,17 @@ for (const transport of ['http', 'stdio'] as const) {
   describe(`MCP over ${transport === 'http' ? 'Streamable HTTP at /mcp' : 'stdio (analytics mcp)'}`, () => {
     test('lists the tools the key\'s scope allows, each with the HTTP face\'s input schema', async () => {
       const names = async (key: string) => (await (await connect(transport, key)).listTools()).tools.map((t) => t.name).sort();
-      assert.deepEqual(await names(svc.adminKey), ['create_project', 'get_metrics', 'list_projects']);
-      assert.deepEqual(await names(project.keys.secret), ['get_metrics', 'list_projects', 'track_event']);
+      assert.deepEqual(await names(svc.adminKey), ['create_project', 'get_metrics', 'get_realtime', 'list_projects']);
+      assert.deepEqual(await names(project.keys.secret), ['get_metrics', 'get_realtime', 'list_projects', 'track_event']);
       assert.deepEqual(await names(project.keys.publishable), ['track_event']);
-      assert.deepEqual(await names(await readKey()), ['get_metrics']);
+      assert.deepEqual(await names(await readKey()), ['get_metrics', 'get_realtime']);
 
       const admin = await connect(transport, svc.adminKey);
       const tools = Object.fromEntries((await admin.listTools()).tools.map((t) => [t.name, t]));
       assert.deepEqual(tools.create_project!.inputSchema, jsonSchema(CreateProjectSchema));
       assert.deepEqual(tools.get_metrics!.inputSchema, jsonSchema(QUERY_SCHEMAS['/metrics'].GET));
+      assert.deepEqual(tools.get_realtime!.inputSchema, jsonSchema(QUERY_SCHEMAS['/metrics/realtime'].GET));
+      assert.deepEqual(tools.list_projects!.inputSchema, jsonSchema(QUERY_SCHEMAS['/projects'].GET));
       assert.equal(tools.get_metrics!.annotations?.readOnlyHint, true);
       const sk = await connect(transport, project.keys.secret);
       const track = (await sk.listTools()).tools.find((t) => t.name === 'track_event')!;
@@ -132,6 +134,21 @@ for (const transport of ['http', 'stdio'] as const) {
       const admin = await connect(transport, svc.adminKey);
       const ranged = value(await call(admin, 'get_metrics', { projectId: p.project.id, from: todayUtc(), to: todayUtc() }));
       assert.equal(ranged.pageviews, 1);
+      // compare, as GET /metrics answers it
+      const compared = value(await call(sk, 'get_metrics', { date: todayUtc(), compare: 'previous' }));
+      assert.equal(compared.compare.pageviews, 0);
+      assert.deepEqual(compared, (await api(svc.url, `/metrics?date=${todayUtc()}&compare=previous`, { key: p.keys.secret })).body);
+      const lastYear = value(await call(admin, 'get_metrics', { projectId: p.project.id, date: todayUtc(), compare: 'year' }));
+      assert.equal(lastYear.compare.from.slice(0, 4), String(Number(todayUtc().slice(0, 4)) - 1));
+      // realtime: the page views of the last 30 minutes, as GET /metrics/realtime answers
+      const now = value(await call(sk, 'get_realtime', {}));
+      assert.equal(now.projectId, p.project.id);
+      assert.equal(now.pageviews, 1);
+      assert.equal(now.perMinute.length, 30);
+      assert.deepEqual(now.pages, { '/pricing': 1 });
+      const httpNow = await api(svc.url, '/metrics/realtime', { key: p.keys.secret });
+      assert.deepEqual({ ...now, perMinute: undefined }, { ...httpNow.body, perMinute: undefined });
+      assert.equal(value(await call(admin, 'get_realtime', { projectId: p.project.id })).pageviews, 1);
     });
 
     test('create_project with an admin key answers working keys; list_projects shows what each key may see', async () => {
@@ -178,6 +195,9 @@ for (const transport of ['http', 'stdio'] as const) {
       assert.equal(unknown.code, 'invalid_request');
       assert.match(unknown.message, /period/);
       assert.equal(refusal(await call(sk, 'get_metrics', { from: '2026-02-10', to: '2026-02-01' })).code, 'invalid_request');
+      assert.equal(refusal(await call(sk, 'get_metrics', { compare: 'lastweek' })).code, 'invalid_request');
+      assert.equal(refusal(await call(pk, 'get_realtime', {})).code, 'forbidden');
+      assert.equal(refusal(await call(admin, 'get_realtime', {})).code, 'invalid_request', 'admin keys must name the project');
       assert.equal(refusal(await call(admin, 'get_metrics', {})).code, 'invalid_request', 'admin keys must name the project');
       const badProject = refusal(await call(admin, 'create_project', { allowed_origins: ['not an origin'], allowed_referrers: [] }));
       assert.equal(badProject.code, 'invalid_request');

@@ -5,7 +5,7 @@ import { RECENT_RETURNED, RECENT_RING_SIZE } from '../src/core/limits.ts';
  * A deliberately naive recomputation of the metrics contract straight from the list of events, written without
  * the core's data structures, so the two can be compared.
  */
-export function referenceMetrics(all: StoredEvent[], projectId: string, from: string, to: string) {
+export function referenceMetrics(all: StoredEvent[], projectId: string, from: string, to: string, tracked: string[] = []) {
   const mine = all.filter((e) => e.p === projectId);
   const inRange = mine.filter((e) => e.day >= from && e.day <= to);
   const count = (keys: string[]) => {
@@ -13,13 +13,27 @@ export function referenceMetrics(all: StoredEvent[], projectId: string, from: st
     for (const k of keys) m[k] = (m[k] ?? 0) + 1;
     return m;
   };
-  const sessions = new Map<string, { first: StoredEvent; pv: number }>();
+  const sessions = new Map<string, { first: StoredEvent; pv: number; entry?: string }>();
   for (const e of inRange) {
     const k = `${e.sessionId}\u0000${e.day}`;
     const s = sessions.get(k) ?? { first: e, pv: 0 };
-    if (e.event === 'page_view') s.pv++;
+    if (e.event === 'page_view') {
+      if (s.pv === 0) s.entry = e.path || '/';
+      s.pv++;
+    }
     sessions.set(k, s);
   }
+  const revenue: Record<string, { total: number; purchases: number }> = {};
+  for (const e of inRange) {
+    const { value, currency } = e.params;
+    if (e.event !== 'purchase' || typeof value !== 'number' || typeof currency !== 'string' || !/^[a-z]{3}$/i.test(currency)) continue;
+    const r = (revenue[currency.toUpperCase()] ??= { total: 0, purchases: 0 });
+    r.total += value;
+    r.purchases++;
+  }
+  for (const r of Object.values(revenue)) r.total = Math.round(r.total * 100) / 100;
+  const props: Record<string, Record<string, number>> = {};
+  for (const key of tracked) props[key] = count(inRange.flatMap((e) => (e.props && key in e.props ? [e.props[key]!] : [])));
   const list = [...sessions.values()];
   const withPv = list.filter((s) => s.pv >= 1).length;
   const bounces = list.filter((s) => s.pv === 1).length;
@@ -35,6 +49,13 @@ export function referenceMetrics(all: StoredEvent[], projectId: string, from: st
     devices: count(list.map((s) => s.first.device)),
     pages: count(inRange.filter((e) => e.event === 'page_view').map((e) => e.path || '/')),
     events: count(inRange.map((e) => e.event)),
+    entryPages: count(list.flatMap((s) => (s.entry === undefined ? [] : [s.entry]))),
+    browsers: count(list.map((s) => s.first.browser ?? 'Unknown')),
+    operatingSystems: count(list.map((s) => s.first.os ?? 'Unknown')),
+    utmMediums: count(list.flatMap((s) => (s.first.utmMedium ? [s.first.utmMedium] : []))),
+    utmCampaigns: count(list.flatMap((s) => (s.first.utmCampaign ? [s.first.utmCampaign] : []))),
+    revenue,
+    props,
     recentEvents: ring
       .filter((e) => e.day >= from && e.day <= to)
       .slice(0, RECENT_RETURNED)

@@ -8,7 +8,7 @@ import { api, createProject, startTestService, type TestService } from './helper
 
 /**
  * 20,000 generated events over five days go in over HTTP; the same events go into SQLite, and every figure of
- * /metrics, per day and for ranges, must equal what plain SQL computes from the rows.
+ * /metrics, per day and for ranges, with and without `compare`, must equal what plain SQL computes from the rows.
  */
 
 const EVENTS = 20_000;
@@ -25,6 +25,16 @@ function rng(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** Each batch goes with one User-Agent; the names are the parser's (as asserted in enrich.test.ts), curl names none. */
+const AGENTS: Array<[string, string, string]> = [
+  ['Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36', 'Chrome', 'Windows'],
+  ['Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0', 'Firefox', 'Ubuntu'],
+  ['Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1', 'Mobile Safari', 'iOS'],
+  ['curl/8.5.0', 'Unknown', 'Unknown'],
+];
+const BATCH = 500;
+const TRACKED = ['plan', 'seats'];
 
 const REFERRERS: Array<[string, string]> = [
   ['', 'Direct'],
@@ -44,6 +54,14 @@ interface Row {
   source: string;
   country: string;
   device: string;
+  browser: string;
+  os: string;
+  medium: string;
+  campaign: string;
+  value: number | '';
+  currency: string;
+  plan: string;
+  seats: string;
 }
 
 let svc: TestService;
@@ -54,7 +72,7 @@ let days: string[];
 
 before(async () => {
   svc = await startTestService();
-  ({ keys: { secret: key } } = await createProject(svc.url, svc.adminKey, { monthly_quota: 0 }));
+  ({ keys: { secret: key } } = await createProject(svc.url, svc.adminKey, { monthly_quota: 0, tracked_props: TRACKED }));
   dir = mkdtempSync(path.join(tmpdir(), 'analytics-sql-'));
   db = path.join(dir, 'ref.db');
 
@@ -72,13 +90,24 @@ before(async () => {
     const s = Math.floor(rand() * 3000);
     const userId = s % 3 === 0 ? undefined : `u${s % 1500}`;
     const [referrer, source] = pick(REFERRERS);
-    const event = rand() < 0.7 ? 'page_view' : pick(['signup', 'click', 'download']);
+    const event = rand() < 0.7 ? 'page_view' : pick(['signup', 'click', 'download', 'purchase']);
     const p = pick(['/', '/pricing', '/docs', '/blog/a', '/blog/b']);
     const country = pick(['de', 'US', 'fr', 'JP']);
     const device = pick(['Desktop', 'mobile', 'tablet']);
-    const e: Record<string, unknown> = { event, url: `https://site.example${p}?x=${i}`, referrer, sessionId: `s${s}`, country, device, timestamp: ts };
+    const medium = pick(['', '', 'email', 'cpc']);
+    const campaign = pick(['', 'launch', 'black friday']);
+    const utm = `${medium ? `&utm_medium=${medium}` : ''}${campaign ? `&utm_campaign=${encodeURIComponent(campaign)}` : ''}`;
+    const params: Record<string, unknown> = {};
+    // Purchases: a valid value and currency most of the time, sometimes a currency or value that does not count.
+    if (event === 'purchase') Object.assign(params, { value: pick([Math.round(rand() * 10_000) / 100, '12.50']), currency: pick(['EUR', 'usd', 'EURO']) });
+    if (rand() < 0.3) params.plan = pick(['free', 'pro', 'team']);
+    if (rand() < 0.2) params.seats = pick([1, 5, 10]);
+    const e: Record<string, unknown> = { event, url: `https://site.example${p}?x=${i}${utm}`, referrer, sessionId: `s${s}`, country, device, timestamp: ts };
+    if (Object.keys(params).length > 0) e.eventParams = params;
     if (userId) e.userId = userId;
     events.push(e);
+    const [, browser, os] = AGENTS[Math.floor(i / BATCH) % AGENTS.length]!;
+    const value = typeof params.value === 'number' ? params.value : '';
     rows.push({
       seq: i,
       day: new Date(ts).toISOString().slice(0, 10),
@@ -89,17 +118,27 @@ before(async () => {
       source,
       country: country.toUpperCase(),
       device: device.toLowerCase(),
+      browser,
+      os,
+      medium,
+      campaign,
+      value,
+      currency: String(params.currency ?? ''),
+      plan: String(params.plan ?? ''),
+      seats: params.seats === undefined ? '' : String(params.seats),
     });
   });
-  for (let i = 0; i < events.length; i += 500) {
-    const r = await api(svc.url, '/analytics', { key, body: { events: events.slice(i, i + 500) } });
+  for (let i = 0; i < events.length; i += BATCH) {
+    const [ua] = AGENTS[Math.floor(i / BATCH) % AGENTS.length]!;
+    const r = await api(svc.url, '/analytics', { key, body: { events: events.slice(i, i + BATCH) }, headers: { 'user-agent': ua } });
     assert.equal(r.status, 200, JSON.stringify(r.body));
   }
 
-  const csv = rows.map((r) => [r.seq, r.day, r.event, r.path, r.session, r.user, r.source, r.country, r.device].join(',')).join('\n');
+  const cols = ['seq', 'day', 'event', 'path', 'session', 'user', 'source', 'country', 'device', 'browser', 'os', 'medium', 'campaign', 'value', 'currency', 'plan', 'seats'] as const;
+  const csv = rows.map((r) => cols.map((c) => r[c]).join(',')).join('\n');
   writeFileSync(path.join(dir, 'rows.csv'), `${csv}\n`);
   execFileSync('sqlite3', [db], {
-    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT);\n.mode csv\n.import ${path.join(dir, 'rows.csv')} e\n`,
+    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT, browser TEXT, os TEXT, medium TEXT, campaign TEXT, value REAL, currency TEXT, plan TEXT, seats TEXT);\n.mode csv\n.import ${path.join(dir, 'rows.csv')} e\n`,
   });
 });
 
@@ -137,20 +176,64 @@ function expected(from: string, to: string) {
     devices: breakdown(`SELECT e.device k, COUNT(*) n FROM ${first} GROUP BY k`),
     pages: breakdown(`SELECT path k, COUNT(*) n FROM e WHERE ${w} AND event = 'page_view' GROUP BY k`),
     events: breakdown(`SELECT event k, COUNT(*) n FROM e WHERE ${w} GROUP BY k`),
+    entryPages: breakdown(
+      `SELECT e.path k, COUNT(*) n FROM (SELECT MIN(seq) seq FROM e WHERE ${w} AND event = 'page_view' GROUP BY session, day) f JOIN e USING (seq) GROUP BY k`,
+    ),
+    browsers: breakdown(`SELECT e.browser k, COUNT(*) n FROM ${first} GROUP BY k`),
+    operatingSystems: breakdown(`SELECT e.os k, COUNT(*) n FROM ${first} GROUP BY k`),
+    utmMediums: breakdown(`SELECT e.medium k, COUNT(*) n FROM ${first} WHERE e.medium <> '' GROUP BY k`),
+    utmCampaigns: breakdown(`SELECT e.campaign k, COUNT(*) n FROM ${first} WHERE e.campaign <> '' GROUP BY k`),
+    revenue: Object.fromEntries(
+      sql<{ k: string; total: number; n: number }>(
+        `SELECT UPPER(currency) k, ROUND(SUM(value), 2) total, COUNT(*) n FROM e WHERE ${w} AND event = 'purchase' AND value <> '' AND LENGTH(currency) = 3 GROUP BY k`,
+      ).map((r) => [r.k, { total: r.total, purchases: r.n }]),
+    ),
+    props: Object.fromEntries(TRACKED.map((k) => [k, breakdown(`SELECT ${k} k, COUNT(*) n FROM e WHERE ${w} AND ${k} <> '' GROUP BY k`)])),
   };
 }
 
+/** The headline figures of a range, as the `compare` object carries them. */
+function expectedHeadline(from: string, to: string) {
+  const { users, sessions, pageviews, bounceRate } = expected(from, to);
+  const dates = sql<{ d: string }>(
+    `WITH RECURSIVE r(d) AS (SELECT '${from}' UNION ALL SELECT date(d, '+1 day') FROM r WHERE d < '${to}') SELECT d FROM r`,
+  ).map((r) => r.d);
+  const daily = dates.map((date) => {
+    const e = expected(date, date);
+    return { date, users: e.users, sessions: e.sessions, pageviews: e.pageviews, bounceRate: e.bounceRate };
+  });
+  return { from, to, users, sessions, pageviews, bounceRate, daily };
+}
+
+/**
+ * sqlite3 runs synchronously and blocks the event loop; one timer turn lets the service close keep-alive sockets that
+ * timed out meanwhile, so the next fetch does not pick one that is about to close.
+ */
+const settle = () => new Promise<void>((resolve) => setTimeout(resolve, 20));
+
 async function actual(query: string) {
+  await settle();
   const r = await api(svc.url, `/metrics?${query}`, { key });
   assert.equal(r.status, 200, JSON.stringify(r.body));
   const { users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, events } = r.body;
-  return { figures: { users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, events }, daily: r.body.daily };
+  const { entryPages, browsers, operatingSystems, utmMediums, utmCampaigns, revenue, props } = r.body;
+  return {
+    figures: { users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, events, entryPages, browsers, operatingSystems, utmMediums, utmCampaigns, revenue, props },
+    daily: r.body.daily,
+    compare: r.body.compare,
+  };
 }
 
 test('metrics of 20,000 events equal an independent SQL aggregation for every day', async () => {
   for (const day of days) {
     const { figures } = await actual(`date=${day}`);
     assert.deepEqual(figures, expected(day, day), day);
+    // Every new figure has something to compare: none of them is trivially empty.
+    assert.ok(Object.keys(figures.browsers).length >= 2, day);
+    assert.deepEqual(Object.keys(figures.revenue).sort(), ['EUR', 'USD'], day);
+    assert.ok(Object.keys(figures.utmMediums).length === 2 && Object.keys(figures.utmCampaigns).length === 2, day);
+    assert.ok(Object.keys(figures.props.plan ?? {}).length === 3 && Object.keys(figures.props.seats ?? {}).length === 3, day);
+    assert.ok(Object.keys(figures.entryPages).length === 5, day);
   }
 });
 
@@ -158,6 +241,8 @@ test('metrics equal the SQL aggregation for ranges, and the daily series matches
   for (const [from, to] of [[days[0]!, days[DAYS - 1]!], [days[1]!, days[3]!]] as const) {
     const { figures, daily } = await actual(`from=${from}&to=${to}`);
     assert.deepEqual(figures, expected(from, to), `${from}..${to}`);
+    assert.deepEqual(Object.keys(figures.browsers).sort(), ['Chrome', 'Firefox', 'Mobile Safari', 'Unknown']);
+    assert.deepEqual(Object.keys(figures.operatingSystems).sort(), ['Ubuntu', 'Unknown', 'Windows', 'iOS']);
     for (const d of daily as Array<{ date: string; users: number; sessions: number; pageviews: number; bounceRate: string }>) {
       const e = expected(d.date, d.date);
       assert.deepEqual([d.users, d.sessions, d.pageviews, d.bounceRate], [e.users, e.sessions, e.pageviews, e.bounceRate], d.date);
@@ -165,8 +250,34 @@ test('metrics equal the SQL aggregation for ranges, and the daily series matches
   }
 });
 
+test('compare=previous and compare=year equal the SQL figures of the earlier range, for a day and for ranges', async () => {
+  const sqlDay = (d: string, n: number) => sql<{ d: string }>(`SELECT date('${d}', '${n} days') d`)[0]!.d;
+  const sqlYear = (d: string) => (d.slice(5) === '02-29' ? `${Number(d.slice(0, 4)) - 1}-02-28` : sql<{ d: string }>(`SELECT date('${d}', '-1 year') d`)[0]!.d);
+  const cases: Array<[string, string]> = [[days[4]!, days[4]!], [days[3]!, days[4]!], [days[2]!, days[4]!]];
+  // Every answer first, then the (slow, synchronous) SQL, so no request waits behind sqlite3 runs.
+  const answers = [];
+  for (const [from, to] of cases) {
+    const previous = await actual(`from=${from}&to=${to}&compare=previous`);
+    const year = await actual(`from=${from}&to=${to}&compare=year`);
+    const none = await actual(`from=${from}&to=${to}`);
+    answers.push({ from, to, previous, year, none });
+  }
+  await settle();
+  const bad = await api(svc.url, `/metrics?date=${days[0]}&compare=week`, { key });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.code, 'invalid_request');
+  for (const { from, to, previous, year, none } of answers) {
+    const span = days.indexOf(to) - days.indexOf(from) + 1;
+    assert.deepEqual(previous.figures, expected(from, to), 'the main figures do not change with compare');
+    assert.deepEqual(previous.compare, expectedHeadline(sqlDay(from, -span), sqlDay(from, -1)), `previous of ${from}..${to}`);
+    assert.deepEqual(year.compare, expectedHeadline(sqlYear(from), sqlYear(to)), `year of ${from}..${to}`);
+    assert.equal(none.compare, undefined, 'no compare object unless asked');
+  }
+});
+
 test('figures survive a restart unchanged', async () => {
-  const range = `from=${days[0]}&to=${days[DAYS - 1]}`;
+  const range = `from=${days[0]}&to=${days[DAYS - 1]}&compare=previous`;
+  await settle();
   const beforeRestart = (await api(svc.url, `/metrics?${range}`, { key })).body;
   svc = await svc.restart();
   const afterRestart = (await api(svc.url, `/metrics?${range}`, { key })).body;

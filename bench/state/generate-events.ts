@@ -3,7 +3,9 @@ import type { StoredEvent } from '../../src/core/types.ts';
 /**
  * Deterministic, realistic traffic for the benches: sessions of a few events spread evenly over N days, users
  * mostly anonymous (user = session), 20 paths, 8 sources, 30 countries, 3 devices, an eventId on every event
- * (the tracker sends one) and the page context the tracker sends (screen, language) plus browser/OS from the UA.
+ * (the tracker sends one), the page context the tracker sends (screen, language), browser/OS from the UA, and
+ * everything the insight figures count: UTM medium/campaign on a fifth of the sessions, a tracked `plan` property
+ * on sign-ups, and a third of the sign-ups are purchases in one of 5 currencies.
  */
 
 /** mulberry32: tiny, fast and good enough to spread synthetic traffic; seeded so every run is the same. */
@@ -51,6 +53,12 @@ export const USER_AGENTS = [
 const BROWSERS: Array<[string, string]> = [['Chrome', 'Windows'], ['Safari', 'macOS'], ['Mobile Safari', 'iOS'], ['Chrome', 'Android'], ['Firefox', 'Linux']];
 const SCREENS = ['1920x1080', '1440x900', '390x844', '412x915', '2560x1440'];
 const LANGUAGES = ['en-US', 'de-DE', 'fr-FR', 'en-GB', 'es-ES'];
+const MEDIUMS = ['email', 'cpc', 'social', 'affiliate'];
+const CAMPAIGNS = Array.from({ length: 40 }, (_, i) => `campaign-${i}`);
+const PLANS = ['free', 'starter', 'pro', 'team', 'enterprise'];
+const CURRENCIES = ['EUR', 'USD', 'GBP', 'JPY', 'CHF'];
+/** The bench project's tracked_props. */
+export const TRACKED_PROPS = ['plan'];
 const EVENTS = ['page_view', 'page_view', 'page_view', 'page_view', 'page_view', 'page_view', 'page_view', 'page_view', 'click', 'signup'];
 
 const DAY_MS = 86_400_000;
@@ -91,10 +99,22 @@ export function* storedEvents(shape: TrafficShape, stats: { sessions: number } =
     const screen = SCREENS[deviceIndex % SCREENS.length]!;
     const language = LANGUAGES[Math.floor(rand() * LANGUAGES.length)]!;
     const n = Math.min(shape.events - made, 1 + Math.floor(-Math.log(1 - rand()) * MEAN_EXTRA_EVENTS));
+    const utm = rand() < 0.2 ? { medium: MEDIUMS[Math.floor(rand() * MEDIUMS.length)]!, campaign: CAMPAIGNS[Math.floor(rand() * CAMPAIGNS.length)]! } : undefined;
     for (let k = 0; k < n; k++) {
       const path = PATHS[Math.floor(rand() ** 1.5 * PATHS.length)]!;
-      const event = EVENTS[Math.floor(rand() * EVENTS.length)]!;
-      const url = `${SITE}${path}`;
+      let event = EVENTS[Math.floor(rand() * EVENTS.length)]!;
+      const url = k === 0 && utm ? `${SITE}${path}?utm_medium=${utm.medium}&utm_campaign=${utm.campaign}` : `${SITE}${path}`;
+      let params: StoredEvent['params'] = event === 'click' ? { target: 'buy-button' } : {};
+      let props: Record<string, string> | undefined;
+      if (event === 'signup') {
+        const plan = PLANS[Math.floor(rand() * PLANS.length)]!;
+        props = { plan };
+        params = { plan };
+        if (rand() < 0.3) {
+          event = 'purchase';
+          params = { plan, value: Math.round(rand() * 20_000) / 100, currency: CURRENCIES[Math.floor(rand() * CURRENCIES.length)]! };
+        }
+      }
       const e: StoredEvent = {
         t: 'e',
         p: shape.projectId,
@@ -110,10 +130,17 @@ export function* storedEvents(shape: TrafficShape, stats: { sessions: number } =
         user: userId !== undefined ? `u:${userId}` : `s:${sessionId}`,
         country,
         device: DEVICES[deviceIndex]!,
-        params: event === 'click' ? { target: 'buy-button' } : {},
+        params,
         eventId: `${(made + k).toString(36)}-${Math.floor(rand() * 1e9).toString(36)}`,
-        ctx: { screen, language, browser, os },
+        browser,
+        os,
+        ctx: { screen, language },
       };
+      if (k === 0 && utm) {
+        e.utmMedium = utm.medium;
+        e.utmCampaign = utm.campaign;
+      }
+      if (props) e.props = props;
       if (userId !== undefined) e.userId = userId;
       if (k > 0) e.source = 'Direct'; // later events of a session come from the site itself
       yield e;
@@ -129,12 +156,14 @@ export function wireEvents(count: number, seed = 7): Array<Record<string, unknow
   const out: Array<Record<string, unknown>> = [];
   for (let i = 0; i < count; i++) {
     const [referrer] = SOURCES[Math.floor(rand() * SOURCES.length)]!;
+    const event = EVENTS[Math.floor(rand() * EVENTS.length)]!;
+    const utm = rand() < 0.2 ? `?utm_medium=${MEDIUMS[i % MEDIUMS.length]!}&utm_campaign=${CAMPAIGNS[i % CAMPAIGNS.length]!}` : '';
     out.push({
-      event: EVENTS[Math.floor(rand() * EVENTS.length)]!,
-      url: `${SITE}${PATHS[Math.floor(rand() * PATHS.length)]!}`,
+      event,
+      url: `${SITE}${PATHS[Math.floor(rand() * PATHS.length)]!}${utm}`,
       referrer,
       sessionId: `w${i.toString(36)}-${Math.floor(rand() * 1e9).toString(36)}`,
-      eventParams: {},
+      eventParams: event === 'signup' ? { plan: PLANS[i % PLANS.length]! } : {},
       eventId: `e${Date.now().toString(36)}-__N__`, // the load generator makes each one unique
       screen: SCREENS[i % SCREENS.length]!,
       language: LANGUAGES[i % LANGUAGES.length]!,

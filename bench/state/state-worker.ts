@@ -11,7 +11,7 @@ import { LogStore } from '../../src/store/log-store.ts';
 import { SnapshotFiles } from '../../src/store/snapshot-files.ts';
 import { serveCommands } from '../lib/child.ts';
 import { newHistogram, summarize, type LatencySummary } from '../lib/latency.ts';
-import { storedEvents } from './generate-events.ts';
+import { storedEvents, TRACKED_PROPS } from './generate-events.ts';
 
 /**
  * The big-state child of bench/run.ts. One process per measurement, so each starts from a clean heap:
@@ -52,6 +52,8 @@ export interface BuildResult {
   buildSeconds: number;
   foldEventsPerSec: number;
   core: RangeLatency[];
+  /** 30 days compared with 30 days that hold data as well (the bench's data spans 30 days, so the range itself) */
+  coreFullCompare: RangeLatency;
   toSnapshotMs: number;
   snapshotWriteMs: number;
   snapshotBytes: number;
@@ -86,6 +88,7 @@ async function build(a: BuildArgs): Promise<BuildResult> {
       createdAt: now,
       // reads are measured back to back; the default 1,000/s bucket would answer 429
       rate: { perKey: 1e9, burstPerKey: 1e9 },
+      trackedProps: TRACKED_PROPS,
     },
     [[hashKey(secretKey), { kind: 'secret', projectId, ownerId: 'o_bench', createdAt: now }]],
   );
@@ -117,15 +120,18 @@ async function build(a: BuildArgs): Promise<BuildResult> {
   for (const days of [1, 7, 30]) {
     const from = addDays(a.lastDay, -(days - 1));
     const h = newHistogram();
-    let m = metrics(state, projectId, 'UTC', from, a.lastDay);
-    for (let i = 0; i < Math.ceil(a.metricsIterations / 10); i++) metrics(state, projectId, 'UTC', from, a.lastDay); // warm-up
+    // Everything on: the tracked props and a comparison with the previous range of the same length.
+    const opts = { trackedProps: TRACKED_PROPS, compare: { from: addDays(from, -days), to: addDays(from, -1) } };
+    let m = metrics(state, projectId, 'UTC', from, a.lastDay, opts);
+    for (let i = 0; i < Math.ceil(a.metricsIterations / 10); i++) metrics(state, projectId, 'UTC', from, a.lastDay, opts); // warm-up
     for (let i = 0; i < a.metricsIterations; i++) {
       const t = performance.now();
-      m = metrics(state, projectId, 'UTC', from, a.lastDay);
+      m = metrics(state, projectId, 'UTC', from, a.lastDay, opts);
       h.recordValue(Math.max(1, Math.round((performance.now() - t) * 1000)));
     }
     core.push({ days, from, to: a.lastDay, latency: summarize(h), users: m.users, sessions: m.sessions });
   }
+  const coreFullCompare = timeRange(state, projectId, addDays(a.lastDay, -29), a.lastDay, a.metricsIterations);
 
   let t = performance.now();
   const data = toSnapshot(state);
@@ -148,12 +154,30 @@ async function build(a: BuildArgs): Promise<BuildResult> {
     buildSeconds,
     foldEventsPerSec: a.events / (foldMs / 1000),
     core,
+    coreFullCompare,
     toSnapshotMs,
     snapshotWriteMs,
     snapshotBytes,
     heapUsedBytes: mem.heapUsed,
     rssBytes: mem.rss,
   };
+}
+
+/**
+ * The worst case of `compare`: a 30-day range whose comparison range holds 30 days of data too, so the distinct
+ * users of 60 full days are merged. The bench's log spans 30 days, so the comparison is the range itself.
+ */
+function timeRange(state: AnalyticsState, projectId: string, from: string, to: string, iterations: number): RangeLatency {
+  const opts = { trackedProps: TRACKED_PROPS, compare: { from, to } };
+  let m = metrics(state, projectId, 'UTC', from, to, opts);
+  for (let i = 0; i < Math.ceil(iterations / 10); i++) metrics(state, projectId, 'UTC', from, to, opts); // warm-up
+  const h = newHistogram();
+  for (let i = 0; i < iterations; i++) {
+    const t = performance.now();
+    m = metrics(state, projectId, 'UTC', from, to, opts);
+    h.recordValue(Math.max(1, Math.round((performance.now() - t) * 1000)));
+  }
+  return { days: 30, from, to, latency: summarize(h), users: m.users, sessions: m.sessions };
 }
 
 export interface RestoreResult {

@@ -1,13 +1,15 @@
 import { MAX_BREAKDOWN_KEYS, OTHER_KEY } from './limits.ts';
 
-/** A breakdown for one project and day: at most MAX_BREAKDOWN_KEYS keys, the rest counted under OTHER_KEY. */
+/** A breakdown for one project and day: at most `cap` keys (MAX_BREAKDOWN_KEYS), the rest counted under OTHER_KEY. */
 export class CappedCounter {
   readonly counts = new Map<string, number>();
+
+  constructor(readonly cap = MAX_BREAKDOWN_KEYS) {}
 
   add(key: string, n = 1): void {
     const c = this.counts.get(key);
     if (c !== undefined) this.counts.set(key, c + n);
-    else if (this.counts.size < MAX_BREAKDOWN_KEYS || key === OTHER_KEY) this.counts.set(key, n);
+    else if (this.counts.size < this.cap || key === OTHER_KEY) this.counts.set(key, n);
     else this.counts.set(OTHER_KEY, (this.counts.get(OTHER_KEY) ?? 0) + n);
   }
 

@@ -1,9 +1,38 @@
 import { CappedCounter } from './capped-counter.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
 import type { StoredEvent } from './types.ts';
+
+/**
+ * The insight breakdowns (CONTRACT "Insights"), by their JSON name: each a CappedCounter of sessions, so snapshots and
+ * sealing handle them as one list. entryPages counts a session at its first page_view of the day; the others at the
+ * session's first event of the day.
+ */
+export const INSIGHT_BREAKDOWNS = ['entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns'] as const;
+export type InsightBreakdown = (typeof INSIGHT_BREAKDOWNS)[number];
+
+export function newInsights(): Record<InsightBreakdown, CappedCounter> {
+  return {
+    entryPages: new CappedCounter(),
+    browsers: new CappedCounter(),
+    operatingSystems: new CappedCounter(),
+    utmMediums: new CappedCounter(),
+    utmCampaigns: new CappedCounter(),
+  };
+}
+
+/**
+ * Revenue and tracked props are named breakdowns too, so sealing, snapshots and range reads treat every insight as a
+ * list of (name, CappedCounter): revenue as two counters keyed by currency (unrounded sums of `value`, and purchase
+ * counts), each tracked key as `props.<key>`.
+ */
+export const REVENUE_TOTAL = 'revenue.total';
+export const REVENUE_PURCHASES = 'revenue.purchases';
+export const PROPS_PREFIX = 'props.';
+
+const CURRENCY = /^[A-Za-z]{3}$/;
 
 /**
  * Everything one project's day needs to answer /metrics exactly. A session is a (sessionId, day) pair, so a
@@ -26,10 +55,17 @@ export class DayAggregate {
   readonly devices = new CappedCounter();
   readonly pages = new CappedCounter();
   readonly events = new CappedCounter();
+  readonly insights = newInsights();
+  /** ISO 4217 code (upper case) -> unrounded sum of `value` / purchases; at most MAX_REVENUE_CURRENCIES codes */
+  readonly revenueTotals = new CappedCounter(MAX_REVENUE_CURRENCIES);
+  readonly revenuePurchases = new CappedCounter(MAX_REVENUE_CURRENCIES);
+  /** tracked property key -> event counts by value (MAX_PROP_VALUES each); at most MAX_PROP_KEYS_PER_DAY keys */
+  readonly props = new Map<string, CappedCounter>();
 
   constructor(readonly day: string) {}
 
-  apply(e: StoredEvent): void {
+  /** `session` is hash53(e.sessionId), when the caller has it already. */
+  apply(e: StoredEvent, session = hash53(e.sessionId)): void {
     this.events.add(e.event);
     const isPageview = e.event === 'page_view';
     if (isPageview) {
@@ -43,15 +79,22 @@ export class DayAggregate {
       else if (this.users.size > EXACT_USERS_PER_DAY) this.buildSketch();
     }
 
-    const s = hash53(e.sessionId);
+    const s = session;
     const pv = this.sessions.get(s); // -1: the session's first event of the day
     if (pv < 0) {
       // The session's first event of the day decides its source, country and device.
       this.sources.add(e.source);
       this.countries.add(e.country);
       this.devices.add(e.device);
+      this.insights.browsers.add(e.browser ?? UNKNOWN_NAME);
+      this.insights.operatingSystems.add(e.os ?? UNKNOWN_NAME);
+      if (e.utmMedium !== undefined) this.insights.utmMediums.add(e.utmMedium);
+      if (e.utmCampaign !== undefined) this.insights.utmCampaigns.add(e.utmCampaign);
     }
+    if (e.props !== undefined) this.applyProps(e.props);
+    if (e.event === 'purchase') this.applyPurchase(e);
     if (isPageview) {
+      if (pv <= 0) this.insights.entryPages.add(e.path || '/');
       const next = (pv < 0 ? 0 : pv) + 1;
       this.sessions.set(s, next);
       if (next === 1) {
@@ -63,6 +106,51 @@ export class DayAggregate {
     } else if (pv < 0) {
       this.sessions.set(s, 0);
     }
+  }
+
+  private applyProps(props: Record<string, string>): void {
+    for (const key of Object.keys(props)) {
+      let c = this.props.get(key);
+      if (c === undefined) {
+        if (this.props.size >= MAX_PROP_KEYS_PER_DAY) continue;
+        c = new CappedCounter(MAX_PROP_VALUES);
+        this.props.set(key, c);
+      }
+      c.add(props[key]!);
+    }
+  }
+
+  /** A purchase counts when `value` is a finite number and `currency` three letters (upper-cased). */
+  private applyPurchase(e: StoredEvent): void {
+    const value = e.params.value;
+    const currency = e.params.currency;
+    if (typeof value !== 'number' || !Number.isFinite(value) || typeof currency !== 'string' || !CURRENCY.test(currency)) return;
+    const code = currency.toUpperCase();
+    // Past the cap a new currency is dropped (revenue has no "(other)": sums of different currencies mean nothing).
+    if (!this.revenuePurchases.counts.has(code) && this.revenuePurchases.counts.size >= MAX_REVENUE_CURRENCIES) return;
+    this.revenueTotals.add(code, value);
+    this.revenuePurchases.add(code);
+  }
+
+  /** The insight counters by name: INSIGHT_BREAKDOWNS, the two revenue counters, one per tracked prop key. */
+  namedInsights(): Array<[string, CappedCounter]> {
+    const out: Array<[string, CappedCounter]> = INSIGHT_BREAKDOWNS.map((name) => [name, this.insights[name]]);
+    out.push([REVENUE_TOTAL, this.revenueTotals], [REVENUE_PURCHASES, this.revenuePurchases]);
+    for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
+    return out;
+  }
+
+  /** The counter called `name` (see namedInsights), a props one created when absent; undefined for other names. */
+  namedInsight(name: string): CappedCounter | undefined {
+    if (name.startsWith(PROPS_PREFIX)) {
+      const key = name.slice(PROPS_PREFIX.length);
+      let c = this.props.get(key);
+      if (c === undefined) this.props.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
+      return c;
+    }
+    if (name === REVENUE_TOTAL) return this.revenueTotals;
+    if (name === REVENUE_PURCHASES) return this.revenuePurchases;
+    return (INSIGHT_BREAKDOWNS as readonly string[]).includes(name) ? this.insights[name as InsightBreakdown] : undefined;
   }
 
   buildSketch(): void {

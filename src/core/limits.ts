@@ -73,3 +73,34 @@ export const MAX_QUERY_DATE = '2199-12-31';
 export const EXACT_USERS_PER_DAY = 4096;
 /** HyperLogLog precision: 2^16 registers give 0.41 % standard error, so a range is within 1 % at 2.4 sigma. */
 export const HLL_PRECISION = 16;
+
+/** CONTRACT: currencies in the revenue figure per project and day (ISO 4217 has fewer than 200 active codes). */
+export const MAX_REVENUE_CURRENCIES = 200;
+/** CONTRACT: keys a project may track as custom properties (`tracked_props`). */
+export const MAX_TRACKED_PROPS = 10;
+/** CONTRACT: distinct values counted per tracked key per day; the rest go under OTHER_KEY. */
+export const MAX_PROP_VALUES = 100;
+/**
+ * Property keys kept per project and day: the tracked set can be replaced during a day (PATCH), so a day may see up
+ * to twice the tracked maximum; keys beyond it that day are not counted.
+ */
+export const MAX_PROP_KEYS_PER_DAY = 2 * MAX_TRACKED_PROPS;
+/** CONTRACT: the browser or OS name of a session whose User-Agent the parser could not name. */
+export const UNKNOWN_NAME = 'Unknown';
+
+/** CONTRACT: realtime page views per minute cover the last 30 minutes (the current minute is the last). */
+export const REALTIME_MINUTES = 30;
+/** CONTRACT: realtime visitors are the distinct sessions of the last 5 minutes. */
+export const REALTIME_VISITOR_MINUTES = 5;
+/** CONTRACT: realtime pages and sources return the top 10. */
+export const REALTIME_TOP = 10;
+/**
+ * Pages and sources kept per realtime minute; the rest go under OTHER_KEY. A top 10 over 30 minutes needs far fewer,
+ * and 100 keeps a busy project's realtime state at ~6,000 entries at most.
+ */
+export const REALTIME_KEYS_PER_MINUTE = 100;
+/**
+ * Distinct sessions remembered per realtime minute (8 bytes each in a typed table, so ≤ 5 × 80 KB per project). Past
+ * it, further new sessions of that minute are counted without de-duplication (an over-count only on huge sites).
+ */
+export const REALTIME_SESSIONS_PER_MINUTE = 10_000;

@@ -1,11 +1,11 @@
 import { sortedBreakdown } from './capped-counter.ts';
-import { formatRate, type DayAggregate } from './day-aggregate.ts';
-import { daysBetween, eachDay, isValidDate } from './dates.ts';
+import { formatRate, INSIGHT_BREAKDOWNS, type DayAggregate, type InsightBreakdown } from './day-aggregate.ts';
+import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MIN_QUERY_DATE, RECENT_RETURNED } from './limits.ts';
+import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
-import type { AnalyticsState } from './state.ts';
-import type { DailyFigures, MetricsResponse, RecentEvent } from './types.ts';
+import type { AnalyticsState, ProjectState } from './state.ts';
+import type { Breakdown, Comparison, DailyFigures, MetricsResponse, RecentEvent, RevenueFigure } from './types.ts';
 
 export interface RangeQuery {
   date?: string | undefined;
@@ -40,6 +40,39 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
   return { ok: true, from, to };
 }
 
+/** CONTRACT: the values of `compare`. */
+export const COMPARE_MODES = ['previous', 'year'] as const;
+export type CompareMode = (typeof COMPARE_MODES)[number];
+
+export function isCompareMode(v: string): v is CompareMode {
+  return (COMPARE_MODES as readonly string[]).includes(v);
+}
+
+/**
+ * The comparison range: `previous` is the range of the same length ending the day before `from`; `year` the same
+ * dates one year earlier, Feb 29 mapping to Feb 28.
+ */
+export function compareRange(mode: CompareMode, from: string, to: string): { from: string; to: string } {
+  if (mode === 'previous') {
+    const n = daysBetween(from, to);
+    return { from: addDays(from, -n), to: addDays(from, -1) };
+  }
+  return { from: yearEarlier(from), to: yearEarlier(to) };
+}
+
+function yearEarlier(day: string): string {
+  const year = String(Number(day.slice(0, 4)) - 1).padStart(4, '0');
+  const md = day.slice(5);
+  return `${year}-${md === '02-29' ? '02-28' : md}`;
+}
+
+export interface MetricsOptions {
+  /** the project's `tracked_props`: the keys `props` reports */
+  trackedProps?: readonly string[] | undefined;
+  /** the comparison range, when asked for */
+  compare?: { from: string; to: string } | undefined;
+}
+
 /** Combined figures of the range plus a per-day series: the one JSON shape of GET /metrics. */
 export function metrics(
   state: AnalyticsState,
@@ -47,8 +80,14 @@ export function metrics(
   timezone: string,
   from: string,
   to: string,
+  opts: MetricsOptions = {},
 ): MetricsResponse {
   const p = state.projects.get(projectId);
+  const insights = new Map<InsightBreakdown, Map<string, number>>(INSIGHT_BREAKDOWNS.map((name) => [name, new Map()]));
+  const revenueTotals = new Map<string, number>();
+  const revenuePurchases = new Map<string, number>();
+  const tracked = opts.trackedProps ?? [];
+  const props = new Map<string, Map<string, number>>(tracked.map((k) => [k, new Map()]));
   const sources = new Map<string, number>();
   const countries = new Map<string, number>();
   const devices = new Map<string, number>();
@@ -79,6 +118,10 @@ export function metrics(
     d.devices.sumInto(devices);
     d.pages.sumInto(pages);
     d.events.sumInto(events);
+    for (const name of INSIGHT_BREAKDOWNS) d.insights[name].sumInto(insights.get(name)!);
+    d.revenueTotals.sumInto(revenueTotals);
+    d.revenuePurchases.sumInto(revenuePurchases);
+    for (const [key, into] of props) d.props.get(key)?.sumInto(into);
     daily.push({
       date,
       users: d.users.size,
@@ -88,7 +131,7 @@ export function metrics(
     });
   }
 
-  return {
+  const out: MetricsResponse = {
     projectId,
     from,
     to,
@@ -105,7 +148,56 @@ export function metrics(
     bots,
     recentEvents: p ? recentIn(p.recent.newestFirst(), from, to) : [],
     daily,
+    entryPages: sortedBreakdown(insights.get('entryPages')!),
+    browsers: sortedBreakdown(insights.get('browsers')!),
+    operatingSystems: sortedBreakdown(insights.get('operatingSystems')!),
+    utmMediums: sortedBreakdown(insights.get('utmMediums')!),
+    utmCampaigns: sortedBreakdown(insights.get('utmCampaigns')!),
+    revenue: revenueFigures(revenueTotals, revenuePurchases),
+    props: propFigures(props),
   };
+  if (opts.compare) out.compare = headline(p, opts.compare.from, opts.compare.to);
+  return out;
+}
+
+/** The headline figures and daily series of a range (the `compare` object). */
+function headline(p: ProjectState | undefined, from: string, to: string): Comparison {
+  const present: DayAggregate[] = [];
+  const daily: DailyFigures[] = [];
+  let sessions = 0;
+  let pageviews = 0;
+  let bounces = 0;
+  let withPageview = 0;
+  for (const date of eachDay(from, to)) {
+    const d = p?.days.get(date);
+    if (!d) {
+      daily.push({ date, users: 0, sessions: 0, pageviews: 0, bounceRate: '0.0%' });
+      continue;
+    }
+    present.push(d);
+    sessions += d.sessions.size;
+    pageviews += d.pageviews;
+    bounces += d.bounces;
+    withPageview += d.sessionsWithPageview;
+    daily.push({ date, users: d.users.size, sessions: d.sessions.size, pageviews: d.pageviews, bounceRate: formatRate(d.bounces, d.sessionsWithPageview) });
+  }
+  return { from, to, users: distinctUsers(present), sessions, pageviews, bounceRate: formatRate(bounces, withPageview), daily };
+}
+
+/** Most purchases first, ties by code; totals rounded to 2 decimals once, after summing. */
+function revenueFigures(totals: Map<string, number>, purchases: Map<string, number>): Record<string, RevenueFigure> {
+  const entries = [...purchases].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, MAX_REVENUE_CURRENCIES);
+  const out: Record<string, RevenueFigure> = {};
+  for (const [code, n] of entries) out[code] = { total: Math.round((totals.get(code) ?? 0) * 100) / 100, purchases: n };
+  return out;
+}
+
+function propFigures(props: Map<string, Map<string, number>>): Record<string, Breakdown> {
+  const out: Record<string, Breakdown> = {};
+  for (const [key, counts] of props) {
+    Object.defineProperty(out, key, { value: sortedBreakdown(counts), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
 }
 
 /** Exact for one day and for ranges of small days; a sketch merge (within 1 %) once any day is large. */

@@ -18,8 +18,13 @@ export interface NormalizeContext {
   /** from the request when the event does not say */
   device: string;
   country: string;
-  /** extra page context derived from the request (browser, os) */
+  /** extra page context derived from the request */
   context?: Record<string, string> | undefined;
+  /** browser and OS names from the User-Agent parser, when it named them */
+  browser?: string | undefined;
+  os?: string | undefined;
+  /** the project's `tracked_props`: their values are stamped into the record */
+  trackedProps?: readonly string[] | undefined;
 }
 
 export type NormalizeResult = { ok: true; event: StoredEvent } | { ok: false; path: string; message: string };
@@ -60,6 +65,17 @@ export function normalizeEvent(input: EventInput, ctx: NormalizeContext): Normal
   if (fingerprint !== undefined) out.fingerprint = fingerprint;
   if (input.items !== undefined) out.items = input.items as LineItem[];
   if (input.eventId !== undefined) out.eventId = input.eventId;
+  if (ctx.browser) out.browser = ctx.browser;
+  if (ctx.os) out.os = ctx.os;
+  if (url.includes('utm_')) {
+    const utm = utmOf(url);
+    if (utm.medium) out.utmMedium = utm.medium;
+    if (utm.campaign) out.utmCampaign = utm.campaign;
+  }
+  if (ctx.trackedProps !== undefined && ctx.trackedProps.length > 0) {
+    const props = trackedValues(out.params, ctx.trackedProps);
+    if (props) out.props = props;
+  }
   const pageContext = pickContext(input, ctx.context);
   if (pageContext) out.ctx = pageContext;
   return { ok: true, event: out };
@@ -85,6 +101,27 @@ export function urlPath(url: string): string {
   } catch {
     return '';
   }
+}
+
+/** utm_medium and utm_campaign of a URL's query ('' when absent or unparsable). */
+export function utmOf(url: string): { medium: string; campaign: string } {
+  try {
+    const q = new URL(url, 'http://path.invalid').searchParams;
+    return { medium: q.get('utm_medium') ?? '', campaign: q.get('utm_campaign') ?? '' };
+  } catch {
+    return { medium: '', campaign: '' };
+  }
+}
+
+/** The tracked keys present in `params`, each value as a string (null as "null"). */
+function trackedValues(params: Record<string, Scalar>, tracked: readonly string[]): Record<string, string> | undefined {
+  let out: Record<string, string> | undefined;
+  for (const key of tracked) {
+    if (!Object.hasOwn(params, key)) continue;
+    // defineProperty: a "__proto__" key stays a key instead of setting the prototype.
+    Object.defineProperty((out ??= {}), key, { value: String(params[key]), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
 }
 
 function pickContext(input: EventInput, derived: Record<string, string> | undefined): Record<string, unknown> | undefined {

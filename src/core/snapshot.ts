@@ -1,5 +1,6 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
+import type { RealtimeSnapshot } from './realtime.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
 import type { RingEntry } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
@@ -8,7 +9,8 @@ import { AnalyticsState } from './state.ts';
  * The state as plain data (typed arrays for the large distinct sets), for the store to serialize. Sketches are
  * left out: they are rebuilt from the exact sets on restore.
  */
-export const SNAPSHOT_VERSION = 1;
+/** 2: days carry the insight breakdowns, revenue and props; projects their realtime minutes. */
+export const SNAPSHOT_VERSION = 2;
 
 type Pairs = [string, number][];
 
@@ -25,6 +27,8 @@ export interface DaySnapshot {
   devices: Pairs;
   pages: Pairs;
   events: Pairs;
+  /** the day's insight counters by name (DayAggregate.namedInsights: breakdowns, revenue, props) */
+  insights: Record<string, Pairs>;
 }
 
 export interface ProjectSnapshot {
@@ -34,6 +38,7 @@ export interface ProjectSnapshot {
   bots: Pairs;
   seenEventIds: Pairs;
   monthly: Pairs;
+  realtime: RealtimeSnapshot;
 }
 
 export interface SnapshotData {
@@ -61,6 +66,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
         devices: [...d.devices.counts],
         pages: [...d.pages.counts],
         events: [...d.events.counts],
+        insights: Object.fromEntries(d.namedInsights().map(([name, c]) => [name, [...c.counts]])),
       });
     }
     projects.push({
@@ -70,6 +76,7 @@ export function toSnapshot(state: AnalyticsState): SnapshotData {
       bots: [...p.bots],
       seenEventIds: [...p.seenEventIds],
       monthly: [...p.monthly],
+      realtime: p.realtime.toSnapshot(),
     });
   }
   return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, projects };
@@ -95,12 +102,17 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       for (const [k, v] of ds.devices) d.devices.counts.set(k, v);
       for (const [k, v] of ds.pages) d.pages.counts.set(k, v);
       for (const [k, v] of ds.events) d.events.counts.set(k, v);
+      for (const [name, pairs] of Object.entries(ds.insights)) {
+        const c = d.namedInsight(name);
+        if (c) for (const [k, v] of pairs) c.counts.set(k, v);
+      }
       p.days.set(ds.day, d);
     }
     for (const e of ps.recent) p.recent.push(e);
     for (const [k, v] of ps.bots) p.bots.set(k, v);
     for (const [k, v] of ps.seenEventIds) p.seenEventIds.set(k, v);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
+    p.realtime.restore(ps.realtime);
   }
   return state;
 }

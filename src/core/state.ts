@@ -1,4 +1,6 @@
 import { DayAggregate } from './day-aggregate.ts';
+import { hash53 } from './hash.ts';
+import { Realtime } from './realtime.ts';
 import { utcMonthOf } from './dates.ts';
 import { DEDUP_PRUNE_MARGIN_MS, DEDUP_PRUNE_MIN_SIZE, DEDUP_WINDOW_MS, RECENT_RING_SIZE } from './limits.ts';
 import { RecentRing } from './recent-ring.ts';
@@ -16,6 +18,8 @@ export class ProjectState {
   nextEventIdPrune = DEDUP_PRUNE_MIN_SIZE;
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
+  /** the last 30 minutes by receive time (GET /metrics/realtime) */
+  readonly realtime = new Realtime();
 
   day(day: string): DayAggregate {
     let d = this.days.get(day);
@@ -68,7 +72,8 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
 }
 
 function applyEvent(p: ProjectState, e: StoredEvent): void {
-  p.day(e.day).apply(e);
+  const session = hash53(e.sessionId);
+  p.day(e.day).apply(e, session);
   p.recent.push({
     day: e.day,
     ts: e.ts,
@@ -84,6 +89,7 @@ function applyEvent(p: ProjectState, e: StoredEvent): void {
     p.seenEventIds.set(e.eventId, e.rt);
     if (p.seenEventIds.size >= p.nextEventIdPrune) pruneProject(p, e.rt - DEDUP_PRUNE_MARGIN_MS);
   }
+  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }

@@ -42,6 +42,17 @@ export interface StoredEvent {
   params: Record<string, Scalar>;
   items?: LineItem[];
   eventId?: string;
+  /** browser and OS names from the User-Agent parser (absent: the parser named none) */
+  browser?: string;
+  os?: string;
+  /** utm_medium / utm_campaign of the event's URL (absent when the URL has none) */
+  utmMedium?: string;
+  utmCampaign?: string;
+  /**
+   * The project's tracked property keys this event carries, values as strings, stamped at ingest so counting starts
+   * when a key is tracked and replay never consults project settings.
+   */
+  props?: Record<string, string>;
   /** page context: fields we keep but do not aggregate */
   ctx?: Record<string, unknown>;
 }
@@ -100,4 +111,46 @@ export interface MetricsResponse {
   bots: number;
   recentEvents: RecentEvent[];
   daily: DailyFigures[];
+  /** sessions by the path of their first page_view of the day */
+  entryPages: Breakdown;
+  browsers: Breakdown;
+  operatingSystems: Breakdown;
+  utmMediums: Breakdown;
+  utmCampaigns: Breakdown;
+  revenue: Record<string, RevenueFigure>;
+  props: Record<string, Breakdown>;
+  /** present when the query asked for `compare` */
+  compare?: Comparison;
+}
+
+export interface RevenueFigure {
+  /** sum of `value`, rounded to 2 decimals */
+  total: number;
+  purchases: number;
+}
+
+/** The headline figures of the comparison range (`compare=previous|year`). */
+export interface Comparison {
+  from: string;
+  to: string;
+  users: number;
+  sessions: number;
+  pageviews: number;
+  bounceRate: string;
+  daily: DailyFigures[];
+}
+
+/** The one JSON shape of GET /metrics/realtime (and GetRealtime over gRPC). */
+export interface RealtimeResponse {
+  projectId: string;
+  /** distinct sessions seen in the last 5 minutes */
+  visitors: number;
+  /** page views of the last 30 minutes */
+  pageviews: number;
+  /** 30 integers, oldest first, the last is the current minute */
+  perMinute: number[];
+  /** page views by path, last 30 minutes, top 10 */
+  pages: Breakdown;
+  /** page views by traffic source, last 30 minutes, top 10 */
+  sources: Breakdown;
 }

@@ -4,11 +4,11 @@ import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
-import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
-import { metrics, resolveRange } from '../core/metrics.ts';
+import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES, REALTIME_MINUTES } from '../core/limits.ts';
+import { compareRange, isCompareMode, metrics, resolveRange } from '../core/metrics.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import { isDuplicate, pruneSeenEventIds, storedThisMonth, type AnalyticsState } from '../core/state.ts';
-import type { LogRecord, MetricsResponse } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
 import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
@@ -44,6 +44,7 @@ import type {
   ProjectPage,
   ProjectView,
   RateInfo,
+  RealtimeQuery,
   RequestMeta,
 } from './types.ts';
 
@@ -177,9 +178,6 @@ export class Engine implements AnalyticsEngine {
     const facts = this.enricher.classify(client);
     // Facts of the request, not of an event: worked out once per batch.
     const botDay = facts.bot ? dayOf(now, project.timezone) : '';
-    const context: Record<string, string> = {};
-    if (facts.browser) context.browser = facts.browser;
-    if (facts.os) context.os = facts.os;
     const details: ErrorDetail[] = [];
     const records: LogRecord[] = [];
     const batchIds = new Set<string>();
@@ -222,7 +220,9 @@ export class Engine implements AnalyticsEngine {
         sessionId,
         device: facts.device,
         country: facts.country,
-        context,
+        browser: facts.browser,
+        os: facts.os,
+        trackedProps: project.trackedProps,
       });
       if (!normalized.ok) {
         details.push({ index, path: normalized.path, message: normalized.message });
@@ -295,16 +295,48 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- reads
 
   metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse> {
+    const admitted = this.admitRead(meta, query.projectId);
+    if (!admitted.ok) return admitted;
+    const { project, rate } = admitted.value;
+    const range = resolveRange(query, dayOf(this.now(), project.timezone));
+    if (!range.ok) return fail('invalid_request', range.message, {}, rate);
+    if (query.compare !== undefined && !isCompareMode(query.compare)) {
+      return fail('invalid_request', '`compare` must be "previous" or "year"', {}, rate);
+    }
+    const compare = query.compare === undefined ? undefined : compareRange(query.compare, range.from, range.to);
+    const value = metrics(this.state, project.id, project.timezone, range.from, range.to, { trackedProps: project.trackedProps, compare });
+    return { ok: true, value, rate };
+  }
+
+  /** The last 30 minutes of the project, by receive time, as of the engine clock. */
+  realtime(meta: RequestMeta, query: RealtimeQuery): Outcome<RealtimeResponse> {
+    const admitted = this.admitRead(meta, query.projectId);
+    if (!admitted.ok) return admitted;
+    const { project, rate } = admitted.value;
+    const figures = this.state.projects.get(project.id)?.realtime.read(this.now());
+    const value: RealtimeResponse = {
+      projectId: project.id,
+      visitors: figures?.visitors ?? 0,
+      pageviews: figures?.pageviews ?? 0,
+      perMinute: figures?.perMinute ?? new Array<number>(REALTIME_MINUTES).fill(0),
+      pages: figures?.pages ?? {},
+      sources: figures?.sources ?? {},
+    };
+    return { ok: true, value, rate };
+  }
+
+  /** The gate of the reads: an sk_ key for its own project, or an admin key naming one, from an allowed origin. */
+  private admitRead(meta: RequestMeta, requested: string | undefined): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
     const admitted = this.admit(meta);
     if (!admitted.ok) return admitted;
     const { who: { key }, rate } = admitted.value;
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ or rk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
-      if (!query.projectId) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
-      projectId = query.projectId;
+      if (!requested) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
+      projectId = requested;
     } else {
-      if (query.projectId !== undefined && query.projectId !== key.projectId) {
+      if (requested !== undefined && requested !== key.projectId) {
         return fail('forbidden', 'the key belongs to another project', {}, rate);
       }
       projectId = key.projectId!;
@@ -315,9 +347,7 @@ export class Engine implements AnalyticsEngine {
       const scope = this.checkOrigin(project, key, meta, rate);
       if (scope) return scope;
     }
-    const range = resolveRange(query, dayOf(this.now(), project.timezone));
-    if (!range.ok) return fail('invalid_request', range.message, {}, rate);
-    return { ok: true, value: metrics(this.state, project.id, project.timezone, range.from, range.to), rate };
+    return { ok: true, value: { project, rate } };
   }
 
   listProjects(meta: RequestMeta, page: PageQuery = {}): Outcome<ProjectPage> {
@@ -375,6 +405,7 @@ export class Engine implements AnalyticsEngine {
       monthlyQuota: input.monthly_quota ?? DEFAULT_MONTHLY_QUOTA,
       createdAt: now,
     };
+    if (input.tracked_props !== undefined && input.tracked_props.length > 0) project.trackedProps = [...new Set(input.tracked_props)];
     if (input.rate_limit) {
       const r = input.rate_limit;
       project.rate = {};

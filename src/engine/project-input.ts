@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { isValidTimeZone } from '../core/dates.ts';
+import { MAX_PARAM_KEY, MAX_TRACKED_PROPS } from '../core/limits.ts';
 
 /** The body of POST /projects (and CreateProject over gRPC). */
 
@@ -35,12 +36,16 @@ const origin = z.string().refine((s) => {
 
 const rate = z.number().positive().max(MAX_RATE);
 
+/** CONTRACT: at most 10 eventParams keys, each at most 40 characters (the eventParams key limit). */
+export const TrackedPropsSchema = z.array(z.string().min(1).max(MAX_PARAM_KEY)).max(MAX_TRACKED_PROPS);
+
 export const CreateProjectSchema = z.strictObject({
   name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
   allowed_origins: z.array(origin).max(MAX_ALLOWED_ENTRIES),
   allowed_referrers: z.array(z.string().regex(HOSTNAME, 'must be a host name like example.com')).max(MAX_ALLOWED_ENTRIES),
   timezone: z.string().refine(isValidTimeZone, 'must be an IANA timezone like Europe/Berlin').optional(),
   monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
+  tracked_props: TrackedPropsSchema.optional(),
   rate_limit: z
     .strictObject({ per_key: rate.optional(), burst_per_key: rate.optional(), per_ip: rate.optional(), burst_per_ip: rate.optional() })
     .optional(),
@@ -53,10 +58,6 @@ export function normalizeOrigin(s: string): string {
   return new URL(s).origin;
 }
 
-/** CONTRACT (Insights): at most 10 tracked eventParams keys, each ≤ 40 chars like any eventParams key. */
-const MAX_TRACKED_PROPS = 10;
-const MAX_PARAM_KEY = 40;
-
 /** The body of PATCH /projects/{id} (and UpdateProject): any field of creation but `timezone` (days are counted in it). */
 export const UpdateProjectSchema = z.strictObject({
   name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
@@ -64,7 +65,7 @@ export const UpdateProjectSchema = z.strictObject({
   allowed_referrers: z.array(z.string().regex(HOSTNAME, 'must be a host name like example.com')).max(MAX_ALLOWED_ENTRIES).optional(),
   monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
   rate_limit: CreateProjectSchema.shape.rate_limit,
-  tracked_props: z.array(z.string().min(1).max(MAX_PARAM_KEY)).max(MAX_TRACKED_PROPS).optional(),
+  tracked_props: TrackedPropsSchema.optional(),
 });
 
 export type UpdateProjectInput = z.infer<typeof UpdateProjectSchema>;

@@ -1,4 +1,4 @@
-import type { MetricsResponse } from '../core/types.ts';
+import type { MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import type { KeyKind } from '../store/log-store.ts';
 
 /**
@@ -83,6 +83,12 @@ export interface MetricsQuery {
   from?: string | undefined;
   to?: string | undefined;
   projectId?: string | undefined;
+  /** `previous` or `year` (anything else is invalid_request) */
+  compare?: string | undefined;
+}
+
+export interface RealtimeQuery {
+  projectId?: string | undefined;
 }
 
 export interface ProjectView {
@@ -149,6 +155,7 @@ export interface AnalyticsEngine {
   /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>>;
   metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse>;
+  realtime(meta: RequestMeta, query: RealtimeQuery): Outcome<RealtimeResponse>;
   listProjects(meta: RequestMeta, page?: PageQuery): Outcome<ProjectPage>;
   createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
   updateProject(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ project: ProjectView }>>;

@@ -6,6 +6,7 @@ import { AnalyticsService } from '../gen/analytics/v1/analytics_pb.ts';
 import type {
   CreateProjectResponse,
   GetMetricsResponse,
+  GetRealtimeResponse,
   IngestResponse,
   IngestStreamRequestSchema,
   IngestStreamResponse,
@@ -54,6 +55,13 @@ export class AnalyticsClient {
     opts?: CallOptions,
   ): Promise<GetMetricsResponse> {
     return this.#unary(AnalyticsService.method.getMetrics, request, opts);
+  }
+
+  getRealtime(
+    request: MessageInitShape<typeof AnalyticsService.method.getRealtime.input> = {},
+    opts?: CallOptions,
+  ): Promise<GetRealtimeResponse> {
+    return this.#unary(AnalyticsService.method.getRealtime, request, opts);
   }
 
   listProjects(opts?: CallOptions, page: MessageInitShape<typeof AnalyticsService.method.listProjects.input> = {}): Promise<ListProjectsResponse> {

@@ -7,10 +7,11 @@ import type {
   UpdateProjectRequest,
   Event,
   GetMetricsRequest,
+  GetRealtimeRequest,
   Item,
   ParamValue,
 } from '../gen/analytics/v1/analytics_pb.ts';
-import { failure, type Failure, type MetricsQuery } from '../engine/types.ts';
+import { failure, type Failure, type MetricsQuery, type RealtimeQuery } from '../engine/types.ts';
 import { EVENT_JSON_FIELDS, ITEM_JSON_FIELDS } from './event-fields.ts';
 import type { WireDetail } from './status.ts';
 
@@ -172,7 +173,13 @@ export function metricsQuery(req: GetMetricsRequest): MetricsQuery {
   if (req.from !== undefined) query.from = req.from;
   if (req.to !== undefined) query.to = req.to;
   if (req.projectId !== undefined) query.projectId = req.projectId;
+  if (req.compare !== undefined) query.compare = req.compare;
   return query;
+}
+
+/** GetRealtimeRequest → the query string of `GET /metrics/realtime`. */
+export function realtimeQuery(req: GetRealtimeRequest): RealtimeQuery {
+  return req.projectId !== undefined ? { projectId: req.projectId } : {};
 }
 
 /** UpdateProjectRequest → the body of `PATCH /projects/{id}`: only the fields that are set. */
@@ -209,6 +216,7 @@ export function createProjectBody(req: CreateProjectRequest): Plain {
   if (req.name !== undefined) body.name = req.name;
   if (req.timezone !== undefined) body.timezone = req.timezone;
   if (req.monthlyQuota !== undefined) body.monthly_quota = Number(req.monthlyQuota);
+  if (req.trackedProps.length > 0) body.tracked_props = [...req.trackedProps];
   if (req.rateLimit !== undefined) {
     const r = req.rateLimit;
     const rate: Plain = {};

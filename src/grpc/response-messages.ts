@@ -3,6 +3,7 @@ import {
   CreateKeyResponseSchema,
   CreateProjectResponseSchema,
   GetMetricsResponseSchema,
+  GetRealtimeResponseSchema,
   ListKeysResponseSchema,
   ListProjectsResponseSchema,
   UpdateProjectResponseSchema,
@@ -15,10 +16,11 @@ import type {
   BreakdownEntry,
   CreateProjectResponse,
   GetMetricsResponse,
+  GetRealtimeResponse,
   ListProjectsResponse,
   Project,
 } from '../gen/analytics/v1/analytics_pb.ts';
-import type { Breakdown, MetricsResponse } from '../core/types.ts';
+import type { Breakdown, DailyFigures, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import type { CreatedKey, CreatedProject, KeyView, ProjectPage, ProjectView } from '../engine/types.ts';
 
 /**
@@ -62,13 +64,48 @@ export function metricsMessage(m: MetricsResponse): GetMetricsResponse {
       device: r.device,
       sessionId: r.sessionId,
     })),
-    daily: m.daily.map((d) => ({
-      date: d.date,
-      users: count(d.users),
-      sessions: count(d.sessions),
-      pageviews: count(d.pageviews),
-      bounceRate: d.bounceRate,
-    })),
+    daily: daily(m.daily),
+    entryPages: breakdown(m.entryPages),
+    browsers: breakdown(m.browsers),
+    operatingSystems: breakdown(m.operatingSystems),
+    utmMediums: breakdown(m.utmMediums),
+    utmCampaigns: breakdown(m.utmCampaigns),
+    revenue: Object.entries(m.revenue).map(([currency, r]) => ({ currency, total: r.total, purchases: count(r.purchases) })),
+    props: Object.entries(m.props).map(([key, values]) => ({ key, values: breakdown(values) })),
+    ...(m.compare
+      ? {
+          compare: {
+            from: m.compare.from,
+            to: m.compare.to,
+            users: count(m.compare.users),
+            sessions: count(m.compare.sessions),
+            pageviews: count(m.compare.pageviews),
+            bounceRate: m.compare.bounceRate,
+            daily: daily(m.compare.daily),
+          },
+        }
+      : {}),
+  });
+}
+
+function daily(days: DailyFigures[]) {
+  return days.map((d) => ({
+    date: d.date,
+    users: count(d.users),
+    sessions: count(d.sessions),
+    pageviews: count(d.pageviews),
+    bounceRate: d.bounceRate,
+  }));
+}
+
+export function realtimeMessage(r: RealtimeResponse): GetRealtimeResponse {
+  return create(GetRealtimeResponseSchema, {
+    projectId: r.projectId,
+    visitors: count(r.visitors),
+    pageviews: count(r.pageviews),
+    perMinute: r.perMinute.map(count),
+    pages: breakdown(r.pages),
+    sources: breakdown(r.sources),
   });
 }
 

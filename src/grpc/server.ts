@@ -11,6 +11,7 @@ import {
   DeleteProjectRequestSchema,
   DeleteProjectResponseSchema,
   GetMetricsRequestSchema,
+  GetRealtimeRequestSchema,
   ListKeysRequestSchema,
   RevokeKeyRequestSchema,
   RevokeKeyResponseSchema,
@@ -31,13 +32,14 @@ import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
-import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, updateProjectBody } from './request-to-plain.ts';
+import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, realtimeQuery, updateProjectBody } from './request-to-plain.ts';
 import {
   createdKeyMessage,
   createdProjectMessage,
   keysMessage,
   metricsMessage,
   projectsMessage,
+  realtimeMessage,
   updatedProjectMessage,
 } from './response-messages.ts';
 import { serverDefinition } from './service-definition.ts';
@@ -158,6 +160,13 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
       onFault,
       opts.ops,
+    ),
+    getRealtime: unary(
+      engine,
+      GetRealtimeRequestSchema,
+      'manage',
+      (req, meta) => withValue(engine.realtime(meta, realtimeQuery(req)), realtimeMessage),
+      onFault,
     ),
     listProjects: unary(
       engine,

@@ -19,6 +19,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
   Error: R.ErrorBody,
   IngestAck: R.IngestAck,
   Metrics: R.MetricsBody,
+  Realtime: R.RealtimeBody,
   Project: R.Project,
   ProjectPage: R.ProjectPage,
   CreatedProject: R.CreatedProject,
@@ -144,6 +145,15 @@ export function openApiDocument(version: string): Json {
           responses: { '200': json(ref('Metrics'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
         },
       },
+      '/metrics/realtime': {
+        get: {
+          operationId: 'getRealtime',
+          summary: 'The last 30 minutes by receive time: visitors (5 minutes), page views per minute, top pages and sources',
+          security: secured,
+          parameters: queryParameters(QUERY_SCHEMAS['/metrics/realtime'].GET),
+          responses: { '200': json(ref('Realtime'), 'the figures'), ...errors(400, 401, 403, 404, 429) },
+        },
+      },
       '/projects': {
         get: {
           operationId: 'listProjects',
@@ -213,7 +223,7 @@ export function openApiDocument(version: string): Json {
           operationId: 'mcp',
           summary:
             'MCP (Model Context Protocol) over Streamable HTTP, stateless: a JSON-RPC message in, its answer out as JSON. Tools: ' +
-            'get_metrics, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
+            'get_metrics, get_realtime, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
           security: secured,
           requestBody: {
             required: true,

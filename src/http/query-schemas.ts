@@ -18,6 +18,12 @@ export const QUERY_SCHEMAS = {
       from: param('first day of an inclusive range, YYYY-MM-DD').optional(),
       to: param('last day of the range (defaults to today); needs `from`').optional(),
       projectId: param('the project to read; required for admin keys').optional(),
+      compare: param('`previous` (the range of the same length just before) or `year` (the same dates a year earlier)').optional(),
+    }),
+  },
+  '/metrics/realtime': {
+    GET: z.strictObject({
+      projectId: param('the project to read; required for admin keys').optional(),
     }),
   },
   '/projects': {
@@ -41,6 +47,7 @@ export function pageQuery(q: ListProjectsQueryParams): PageQuery {
   return { limit, cursor: q.cursor };
 }
 export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;
+export type RealtimeQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics/realtime']['GET']>;
 
 export type QueryCheck = { ok: true; value: Record<string, string> } | { ok: false; message: string; names: string[] };
 

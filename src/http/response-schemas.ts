@@ -46,7 +46,9 @@ const breakdown = z.record(z.string(), count).meta({ description: 'counts by key
 const date = z.string().regex(/^\d{4}-\d{2}-\d{2}$/);
 const rate = z.string().regex(/^\d+\.\d%$/);
 
-/** Open (extra keys allowed): insight fields are added to the same answer. */
+const dailyFigures = z.array(z.looseObject({ date, users: count, sessions: count, pageviews: count, bounceRate: rate }));
+
+/** Open (extra keys allowed): later fields can join the same answer. */
 export const MetricsBody = z
   .looseObject({
     projectId: z.string(),
@@ -74,7 +76,22 @@ export const MetricsBody = z
         sessionId: z.string(),
       }),
     ),
-    daily: z.array(z.looseObject({ date, users: count, sessions: count, pageviews: count, bounceRate: rate })),
+    daily: dailyFigures,
+    entryPages: breakdown.meta({ description: 'sessions by the path of their first page_view of the day' }),
+    browsers: breakdown.meta({ description: 'sessions by browser name ("Unknown" when the User-Agent names none)' }),
+    operatingSystems: breakdown.meta({ description: 'sessions by operating system name ("Unknown" when none)' }),
+    utmMediums: breakdown.meta({ description: 'sessions by utm_medium of their first event\'s URL (sessions without one are not counted)' }),
+    utmCampaigns: breakdown.meta({ description: 'sessions by utm_campaign of their first event\'s URL' }),
+    revenue: z
+      .record(z.string().regex(/^[A-Z]{3}$/), z.strictObject({ total: z.number(), purchases: count }))
+      .meta({ description: 'purchase events with a numeric value and a 3-letter currency, by currency (at most 200); total rounded to 2 decimals' }),
+    props: z
+      .record(z.string(), z.record(z.string(), count))
+      .meta({ description: 'per tracked_props key: events by value (as a string), at most 100 values per key per day plus (other)' }),
+    compare: z
+      .strictObject({ from: date, to: date, users: count, sessions: count, pageviews: count, bounceRate: rate, daily: dailyFigures })
+      .optional()
+      .meta({ description: 'with ?compare=previous|year: the headline figures of the comparison range' }),
   })
   .meta({
     id: 'Metrics',
@@ -83,7 +100,24 @@ export const MetricsBody = z
       bounceRate: '41.3%', trafficSources: { Google: 8, Direct: 6 }, countries: { DE: 9 }, devices: { desktop: 10 },
       pages: { '/': 30 }, events: { page_view: 40 }, bots: 0, recentEvents: [],
       daily: [{ date: '2026-11-01', users: 12, sessions: 14, pageviews: 40, bounceRate: '41.3%' }],
+      entryPages: { '/': 9, '/pricing': 5 }, browsers: { Chrome: 8, Safari: 6 }, operatingSystems: { Windows: 7, iOS: 7 },
+      utmMediums: { email: 3 }, utmCampaigns: { launch: 3 }, revenue: { EUR: { total: 49.9, purchases: 1 } },
+      props: { plan: { pro: 2 } },
     },
+  });
+
+export const RealtimeBody = z
+  .strictObject({
+    projectId: z.string(),
+    visitors: count.meta({ description: 'distinct sessions seen in the last 5 minutes (receive time)' }),
+    pageviews: count.meta({ description: 'page views of the last 30 minutes' }),
+    perMinute: z.array(count).length(30).meta({ description: 'page views per minute, oldest first; the last is the current minute' }),
+    pages: z.record(z.string(), count).meta({ description: 'top 10 paths of the last 30 minutes' }),
+    sources: z.record(z.string(), count).meta({ description: 'top 10 traffic sources of the last 30 minutes' }),
+  })
+  .meta({
+    id: 'Realtime',
+    example: { projectId: 'p_x', visitors: 3, pageviews: 4, perMinute: [...Array(29).fill(0), 4], pages: { '/pricing': 2 }, sources: { Direct: 2 } },
   });
 
 export const Project = z

@@ -17,7 +17,7 @@ import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } fr
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
-import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams } from './query-schemas.ts';
+import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
@@ -133,6 +133,7 @@ export class HttpFace {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
+      '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/mcp': {
@@ -306,7 +307,13 @@ export class HttpFace {
   }
 
   private metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): void {
-    const out = this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId });
+    const out = this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId, compare: q.compare });
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
+  private realtime(req: IncomingMessage, res: ServerResponse, q: RealtimeQueryParams): void {
+    const out = this.engine.realtime(this.meta(req), { projectId: q.projectId });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }

@@ -17,6 +17,7 @@ type KeyKind = KeyIdentity['kind'];
 /** GET /metrics and GET /projects take their parameters in the query string; a tool takes the same names as arguments. */
 const MetricsQuerySchema = QUERY_SCHEMAS['/metrics'].GET;
 const ListProjectsQuerySchema = QUERY_SCHEMAS['/projects'].GET;
+const RealtimeQuerySchema = QUERY_SCHEMAS['/metrics/realtime'].GET;
 
 export interface ToolDefinition {
   name: string;
@@ -48,7 +49,10 @@ export const TOOLS: readonly ToolDefinition[] = [
     description:
       'Daily aggregates of a project for one day (`date`) or an inclusive range (`from`, optional `to`; default: today), ' +
       'the same JSON as GET /metrics: users, sessions, pageviews, bounceRate, trafficSources, countries, devices, pages, ' +
-      'events, recentEvents and a per-day series. Dates are YYYY-MM-DD in the project\'s timezone. Admin keys name the project with `projectId`.',
+      'events, entryPages, browsers, operatingSystems, utmMediums, utmCampaigns, revenue, props, recentEvents and a per-day ' +
+      'series. `compare`: `previous` (the range of the same length just before) or `year` (the same dates a year earlier) ' +
+      'adds the other range\'s figures under `compare`. Dates are YYYY-MM-DD in the project\'s timezone. Admin keys name ' +
+      'the project with `projectId`.',
     input: MetricsQuerySchema,
     kinds: ['admin', 'secret', 'read'],
     readOnly: true,
@@ -56,6 +60,22 @@ export const TOOLS: readonly ToolDefinition[] = [
       const q = parseQuery(MetricsQuerySchema, args);
       if (!q.ok) return q;
       return engine.metrics(meta, q.value);
+    },
+  },
+  {
+    name: 'get_realtime',
+    title: 'Read the last 30 minutes',
+    description:
+      'What is happening now, as GET /metrics/realtime answers: `visitors` (distinct sessions in the last 5 minutes), ' +
+      '`pageviews` (last 30 minutes), `perMinute` (30 counts, oldest first), top `pages` and `sources` of the last 30 ' +
+      'minutes. Admin keys name the project with `projectId`.',
+    input: RealtimeQuerySchema,
+    kinds: ['admin', 'secret', 'read'],
+    readOnly: true,
+    call(engine, meta, args) {
+      const q = parseQuery(RealtimeQuerySchema, args);
+      if (!q.ok) return q;
+      return engine.realtime(meta, q.value);
     },
   },
   {

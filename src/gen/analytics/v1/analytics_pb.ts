@@ -39,7 +39,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file analytics/v1/analytics.proto.
  */
 export const file_analytics_v1_analytics: GenFile = /*@__PURE__*/
-  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIosBChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBQgcKBV9kYXRlQgcKBV9mcm9tQgUKA190b0INCgtfcHJvamVjdF9pZCL6AwoSR2V0TWV0cmljc1Jlc3BvbnNlEhIKCnByb2plY3RfaWQYASABKAkSDAoEZnJvbRgCIAEoCRIKCgJ0bxgDIAEoCRIQCgh0aW1lem9uZRgEIAEoCRINCgV1c2VycxgFIAEoBBIQCghzZXNzaW9ucxgGIAEoBBIRCglwYWdldmlld3MYByABKAQSEwoLYm91bmNlX3JhdGUYCCABKAkSNQoPdHJhZmZpY19zb3VyY2VzGAkgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5Ei8KCWNvdW50cmllcxgKIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdkZXZpY2VzGAsgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKBXBhZ2VzGAwgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EiwKBmV2ZW50cxgNIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIMCgRib3RzGA4gASgEEjAKDXJlY2VudF9ldmVudHMYDyADKAsyGS5hbmFseXRpY3MudjEuUmVjZW50RXZlbnQSKQoFZGFpbHkYECADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIvkBChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQFCBwoFX25hbWVCCwoJX3RpbWV6b25lQhAKDl9tb250aGx5X3F1b3RhQg0KC19yYXRlX2xpbWl0IqcBCglSYXRlTGltaXQSFAoHcGVyX2tleRgBIAEoAUgAiAEBEhoKDWJ1cnN0X3Blcl9rZXkYAiABKAFIAYgBARITCgZwZXJfaXAYAyABKAFIAogBARIZCgxidXJzdF9wZXJfaXAYBCABKAFIA4gBAUIKCghfcGVyX2tleUIQCg5fYnVyc3RfcGVyX2tleUIJCgdfcGVyX2lwQg8KDV9idXJzdF9wZXJfaXAiaAoVQ3JlYXRlUHJvamVjdFJlc3BvbnNlEiYKB3Byb2plY3QYASABKAsyFS5hbmFseXRpY3MudjEuUHJvamVjdBInCgRrZXlzGAIgASgLMhkuYW5hbHl0aWNzLnYxLlByb2plY3RLZXlzIjIKC1Byb2plY3RLZXlzEg4KBnNlY3JldBgBIAEoCRITCgtwdWJsaXNoYWJsZRgCIAEoCSIcCgpTdHJpbmdMaXN0Eg4KBnZhbHVlcxgBIAMoCSLOAgoUVXBkYXRlUHJvamVjdFJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIRCgRuYW1lGAIgASgJSACIAQESMQoPYWxsb3dlZF9vcmlnaW5zGAMgASgLMhguYW5hbHl0aWNzLnYxLlN0cmluZ0xpc3QSMwoRYWxsb3dlZF9yZWZlcnJlcnMYBCABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIaCg1tb250aGx5X3F1b3RhGAUgASgDSAGIAQESMAoKcmF0ZV9saW1pdBgGIAEoCzIXLmFuYWx5dGljcy52MS5SYXRlTGltaXRIAogBARIvCg10cmFja2VkX3Byb3BzGAcgASgLMhguYW5hbHl0aWNzLnYxLlN0cmluZ0xpc3RCBwoFX25hbWVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQiPwoVVXBkYXRlUHJvamVjdFJlc3BvbnNlEiYKB3Byb2plY3QYASABKAsyFS5hbmFseXRpY3MudjEuUHJvamVjdCIqChREZWxldGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIhcKFURlbGV0ZVByb2plY3RSZXNwb25zZSIlCg9MaXN0S2V5c1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCSI2ChBMaXN0S2V5c1Jlc3BvbnNlEiIKBGtleXMYASADKAsyFC5hbmFseXRpY3MudjEuQXBpS2V5IlgKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEgwKBGhpbnQYAyABKAkSEgoKY3JlYXRlZF9hdBgEIAEoCRISCgpleHBpcmVzX2F0GAUgASgJIlwKEENyZWF0ZUtleVJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIMCgR0eXBlGAIgASgJEhcKCmV4cGlyZXNfYXQYAyABKAlIAIgBAUINCgtfZXhwaXJlc19hdCJEChFDcmVhdGVLZXlSZXNwb25zZRILCgNrZXkYASABKAkSIgoEaW5mbxgCIAEoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiSgoQVXBkYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmtleV9pZBgCIAEoCRISCgpleHBpcmVzX2F0GAMgASgJIjYKEVVwZGF0ZUtleVJlc3BvbnNlEiEKA2tleRgBIAEoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiNgoQUmV2b2tlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmtleV9pZBgCIAEoCSITChFSZXZva2VLZXlSZXNwb25zZTKdBwoQQW5hbHl0aWNzU2VydmljZRJDCgZJbmdlc3QSGy5hbmFseXRpY3MudjEuSW5nZXN0UmVxdWVzdBocLmFuYWx5dGljcy52MS5Jbmdlc3RSZXNwb25zZRJZCgxJbmdlc3RTdHJlYW0SIS5hbmFseXRpY3MudjEuSW5nZXN0U3RyZWFtUmVxdWVzdBoiLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXNwb25zZSgBMAESTwoKR2V0TWV0cmljcxIfLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVxdWVzdBogLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVzcG9uc2USVQoMTGlzdFByb2plY3RzEiEuYW5hbHl0aWNzLnYxLkxpc3RQcm9qZWN0c1JlcXVlc3QaIi5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVzcG9uc2USWAoNQ3JlYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2USWAoNVXBkYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVzcG9uc2USWAoNRGVsZXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVzcG9uc2USSQoITGlzdEtleXMSHS5hbmFseXRpY3MudjEuTGlzdEtleXNSZXF1ZXN0Gh4uYW5hbHl0aWNzLnYxLkxpc3RLZXlzUmVzcG9uc2USTAoJQ3JlYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLkNyZWF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVzcG9uc2USTAoJVXBkYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLlVwZGF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVzcG9uc2USTAoJUmV2b2tlS2V5Eh4uYW5hbHl0aWNzLnYxLlJldm9rZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIq0BChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBEhQKB2NvbXBhcmUYBSABKAlIBIgBAUIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG9CDQoLX3Byb2plY3RfaWRCCgoIX2NvbXBhcmUikwcKEkdldE1ldHJpY3NSZXNwb25zZRISCgpwcm9qZWN0X2lkGAEgASgJEgwKBGZyb20YAiABKAkSCgoCdG8YAyABKAkSEAoIdGltZXpvbmUYBCABKAkSDQoFdXNlcnMYBSABKAQSEAoIc2Vzc2lvbnMYBiABKAQSEQoJcGFnZXZpZXdzGAcgASgEEhMKC2JvdW5jZV9yYXRlGAggASgJEjUKD3RyYWZmaWNfc291cmNlcxgJIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIvCgljb3VudHJpZXMYCiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSLQoHZGV2aWNlcxgLIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIrCgVwYWdlcxgMIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIsCgZldmVudHMYDSADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSDAoEYm90cxgOIAEoBBIwCg1yZWNlbnRfZXZlbnRzGA8gAygLMhkuYW5hbHl0aWNzLnYxLlJlY2VudEV2ZW50EikKBWRhaWx5GBAgAygLMhouYW5hbHl0aWNzLnYxLkRhaWx5RmlndXJlcxIxCgtlbnRyeV9wYWdlcxgRIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIuCghicm93c2VycxgSIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRI3ChFvcGVyYXRpbmdfc3lzdGVtcxgTIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIxCgt1dG1fbWVkaXVtcxgUIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIzCg11dG1fY2FtcGFpZ25zGBUgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKB3JldmVudWUYFiADKAsyGi5hbmFseXRpY3MudjEuUmV2ZW51ZUVudHJ5EioKBXByb3BzGBcgAygLMhsuYW5hbHl0aWNzLnYxLlByb3BCcmVha2Rvd24SLgoHY29tcGFyZRgYIAEoCzIYLmFuYWx5dGljcy52MS5Db21wYXJpc29uSACIAQFCCgoIX2NvbXBhcmUiQgoMUmV2ZW51ZUVudHJ5EhAKCGN1cnJlbmN5GAEgASgJEg0KBXRvdGFsGAIgASgBEhEKCXB1cmNoYXNlcxgDIAEoBCJKCg1Qcm9wQnJlYWtkb3duEgsKA2tleRgBIAEoCRIsCgZ2YWx1ZXMYAiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkimgEKCkNvbXBhcmlzb24SDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRINCgV1c2VycxgDIAEoBBIQCghzZXNzaW9ucxgEIAEoBBIRCglwYWdldmlld3MYBSABKAQSEwoLYm91bmNlX3JhdGUYBiABKAkSKQoFZGFpbHkYByADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIjwKEkdldFJlYWx0aW1lUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQFCDQoLX3Byb2plY3RfaWQivgEKE0dldFJlYWx0aW1lUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIQCgh2aXNpdG9ycxgCIAEoBBIRCglwYWdldmlld3MYAyABKAQSEgoKcGVyX21pbnV0ZRgEIAMoBBIrCgVwYWdlcxgFIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdzb3VyY2VzGAYgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5IiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIpACChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQESFQoNdHJhY2tlZF9wcm9wcxgHIAMoCUIHCgVfbmFtZUILCglfdGltZXpvbmVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQipwEKCVJhdGVMaW1pdBIUCgdwZXJfa2V5GAEgASgBSACIAQESGgoNYnVyc3RfcGVyX2tleRgCIAEoAUgBiAEBEhMKBnBlcl9pcBgDIAEoAUgCiAEBEhkKDGJ1cnN0X3Blcl9pcBgEIAEoAUgDiAEBQgoKCF9wZXJfa2V5QhAKDl9idXJzdF9wZXJfa2V5QgkKB19wZXJfaXBCDwoNX2J1cnN0X3Blcl9pcCJoChVDcmVhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EicKBGtleXMYAiABKAsyGS5hbmFseXRpY3MudjEuUHJvamVjdEtleXMiMgoLUHJvamVjdEtleXMSDgoGc2VjcmV0GAEgASgJEhMKC3B1Ymxpc2hhYmxlGAIgASgJIhwKClN0cmluZ0xpc3QSDgoGdmFsdWVzGAEgAygJIs4CChRVcGRhdGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhEKBG5hbWUYAiABKAlIAIgBARIxCg9hbGxvd2VkX29yaWdpbnMYAyABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIzChFhbGxvd2VkX3JlZmVycmVycxgEIAEoCzIYLmFuYWx5dGljcy52MS5TdHJpbmdMaXN0EhoKDW1vbnRobHlfcXVvdGEYBSABKANIAYgBARIwCgpyYXRlX2xpbWl0GAYgASgLMhcuYW5hbHl0aWNzLnYxLlJhdGVMaW1pdEgCiAEBEi8KDXRyYWNrZWRfcHJvcHMYByABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdEIHCgVfbmFtZUIQCg5fbW9udGhseV9xdW90YUINCgtfcmF0ZV9saW1pdCI/ChVVcGRhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0IioKFERlbGV0ZVByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiFwoVRGVsZXRlUHJvamVjdFJlc3BvbnNlIiUKD0xpc3RLZXlzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjYKEExpc3RLZXlzUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiWAoGQXBpS2V5EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSDAoEaGludBgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEhIKCmV4cGlyZXNfYXQYBSABKAkiXAoQQ3JlYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSFwoKZXhwaXJlc19hdBgDIAEoCUgAiAEBQg0KC19leHBpcmVzX2F0IkQKEUNyZWF0ZUtleVJlc3BvbnNlEgsKA2tleRgBIAEoCRIiCgRpbmZvGAIgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSJKChBVcGRhdGVLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJEhIKCmV4cGlyZXNfYXQYAyABKAkiNgoRVXBkYXRlS2V5UmVzcG9uc2USIQoDa2V5GAEgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSI2ChBSZXZva2VLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlMvEHChBBbmFseXRpY3NTZXJ2aWNlEkMKBkluZ2VzdBIbLmFuYWx5dGljcy52MS5Jbmdlc3RSZXF1ZXN0GhwuYW5hbHl0aWNzLnYxLkluZ2VzdFJlc3BvbnNlElkKDEluZ2VzdFN0cmVhbRIhLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXF1ZXN0GiIuYW5hbHl0aWNzLnYxLkluZ2VzdFN0cmVhbVJlc3BvbnNlKAEwARJPCgpHZXRNZXRyaWNzEh8uYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXF1ZXN0GiAuYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXNwb25zZRJSCgtHZXRSZWFsdGltZRIgLmFuYWx5dGljcy52MS5HZXRSZWFsdGltZVJlcXVlc3QaIS5hbmFseXRpY3MudjEuR2V0UmVhbHRpbWVSZXNwb25zZRJVCgxMaXN0UHJvamVjdHMSIS5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVxdWVzdBoiLmFuYWx5dGljcy52MS5MaXN0UHJvamVjdHNSZXNwb25zZRJYCg1DcmVhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXNwb25zZRJYCg1VcGRhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXNwb25zZRJYCg1EZWxldGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXNwb25zZRJJCghMaXN0S2V5cxIdLmFuYWx5dGljcy52MS5MaXN0S2V5c1JlcXVlc3QaHi5hbmFseXRpY3MudjEuTGlzdEtleXNSZXNwb25zZRJMCglDcmVhdGVLZXkSHi5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5DcmVhdGVLZXlSZXNwb25zZRJMCglVcGRhdGVLZXkSHi5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5VcGRhdGVLZXlSZXNwb25zZRJMCglSZXZva2VLZXkSHi5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5SZXZva2VLZXlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct]);
 
 /**
  * One event, with the fields of CONTRACT.md "Event fields". Each field maps to the HTTP JSON field named in its
@@ -427,6 +427,14 @@ export type GetMetricsRequest = Message<"analytics.v1.GetMetricsRequest"> & {
    * @generated from field: optional string project_id = 4;
    */
   projectId?: string | undefined;
+
+  /**
+   * JSON `compare`: "previous" (the range of the same length ending the day before `from`) or "year" (the same
+   * dates one year earlier, Feb 29 mapping to Feb 28). Any other value is INVALID_ARGUMENT.
+   *
+   * @generated from field: optional string compare = 5;
+   */
+  compare?: string | undefined;
 };
 
 /**
@@ -554,6 +562,62 @@ export type GetMetricsResponse = Message<"analytics.v1.GetMetricsResponse"> & {
    * @generated from field: repeated analytics.v1.DailyFigures daily = 16;
    */
   daily: DailyFigures[];
+
+  /**
+   * JSON `entryPages`: sessions by the path of their first page_view of the day.
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry entry_pages = 17;
+   */
+  entryPages: BreakdownEntry[];
+
+  /**
+   * JSON `browsers`: sessions by browser name ("Unknown" when the User-Agent names none).
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry browsers = 18;
+   */
+  browsers: BreakdownEntry[];
+
+  /**
+   * JSON `operatingSystems`: sessions by operating system name ("Unknown" when none).
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry operating_systems = 19;
+   */
+  operatingSystems: BreakdownEntry[];
+
+  /**
+   * JSON `utmMediums`: sessions by utm_medium of their first event's URL (sessions without one are not counted).
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry utm_mediums = 20;
+   */
+  utmMediums: BreakdownEntry[];
+
+  /**
+   * JSON `utmCampaigns`: sessions by utm_campaign of their first event's URL.
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry utm_campaigns = 21;
+   */
+  utmCampaigns: BreakdownEntry[];
+
+  /**
+   * JSON `revenue`: per currency (object key), most purchases first.
+   *
+   * @generated from field: repeated analytics.v1.RevenueEntry revenue = 22;
+   */
+  revenue: RevenueEntry[];
+
+  /**
+   * JSON `props`: per tracked key (object key), event counts by value.
+   *
+   * @generated from field: repeated analytics.v1.PropBreakdown props = 23;
+   */
+  props: PropBreakdown[];
+
+  /**
+   * JSON `compare`: present when the request set `compare`.
+   *
+   * @generated from field: optional analytics.v1.Comparison compare = 24;
+   */
+  compare?: Comparison | undefined;
 };
 
 /**
@@ -562,6 +626,209 @@ export type GetMetricsResponse = Message<"analytics.v1.GetMetricsResponse"> & {
  */
 export const GetMetricsResponseSchema: GenMessage<GetMetricsResponse> = /*@__PURE__*/
   messageDesc(file_analytics_v1_analytics, 8);
+
+/**
+ * Revenue of one currency: JSON `"<currency>": { "total", "purchases" }`.
+ *
+ * @generated from message analytics.v1.RevenueEntry
+ */
+export type RevenueEntry = Message<"analytics.v1.RevenueEntry"> & {
+  /**
+   * ISO 4217 code, upper case.
+   *
+   * @generated from field: string currency = 1;
+   */
+  currency: string;
+
+  /**
+   * JSON `total`: the sum of `value`, rounded to 2 decimals.
+   *
+   * @generated from field: double total = 2;
+   */
+  total: number;
+
+  /**
+   * JSON `purchases`: purchase events counted.
+   *
+   * @generated from field: uint64 purchases = 3;
+   */
+  purchases: bigint;
+};
+
+/**
+ * Describes the message analytics.v1.RevenueEntry.
+ * Use `create(RevenueEntrySchema)` to create a new message.
+ */
+export const RevenueEntrySchema: GenMessage<RevenueEntry> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 9);
+
+/**
+ * One tracked property: JSON `"<key>": { "<value>": events }`.
+ *
+ * @generated from message analytics.v1.PropBreakdown
+ */
+export type PropBreakdown = Message<"analytics.v1.PropBreakdown"> & {
+  /**
+   * The eventParams key.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Event counts by value (as a string), highest first.
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry values = 2;
+   */
+  values: BreakdownEntry[];
+};
+
+/**
+ * Describes the message analytics.v1.PropBreakdown.
+ * Use `create(PropBreakdownSchema)` to create a new message.
+ */
+export const PropBreakdownSchema: GenMessage<PropBreakdown> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 10);
+
+/**
+ * The comparison range's headline figures (JSON `compare`).
+ *
+ * @generated from message analytics.v1.Comparison
+ */
+export type Comparison = Message<"analytics.v1.Comparison"> & {
+  /**
+   * JSON `from`.
+   *
+   * @generated from field: string from = 1;
+   */
+  from: string;
+
+  /**
+   * JSON `to`.
+   *
+   * @generated from field: string to = 2;
+   */
+  to: string;
+
+  /**
+   * JSON `users`.
+   *
+   * @generated from field: uint64 users = 3;
+   */
+  users: bigint;
+
+  /**
+   * JSON `sessions`.
+   *
+   * @generated from field: uint64 sessions = 4;
+   */
+  sessions: bigint;
+
+  /**
+   * JSON `pageviews`.
+   *
+   * @generated from field: uint64 pageviews = 5;
+   */
+  pageviews: bigint;
+
+  /**
+   * JSON `bounceRate`.
+   *
+   * @generated from field: string bounce_rate = 6;
+   */
+  bounceRate: string;
+
+  /**
+   * JSON `daily`: one entry per day of the comparison range, oldest first.
+   *
+   * @generated from field: repeated analytics.v1.DailyFigures daily = 7;
+   */
+  daily: DailyFigures[];
+};
+
+/**
+ * Describes the message analytics.v1.Comparison.
+ * Use `create(ComparisonSchema)` to create a new message.
+ */
+export const ComparisonSchema: GenMessage<Comparison> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 11);
+
+/**
+ * The query of GET /metrics/realtime.
+ *
+ * @generated from message analytics.v1.GetRealtimeRequest
+ */
+export type GetRealtimeRequest = Message<"analytics.v1.GetRealtimeRequest"> & {
+  /**
+   * Which project; required for an admin key, otherwise the key's own project (another id is PERMISSION_DENIED).
+   *
+   * @generated from field: optional string project_id = 1;
+   */
+  projectId?: string | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.GetRealtimeRequest.
+ * Use `create(GetRealtimeRequestSchema)` to create a new message.
+ */
+export const GetRealtimeRequestSchema: GenMessage<GetRealtimeRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 12);
+
+/**
+ * The response of GET /metrics/realtime (JSON names in the comments). Time is the receive time of events.
+ *
+ * @generated from message analytics.v1.GetRealtimeResponse
+ */
+export type GetRealtimeResponse = Message<"analytics.v1.GetRealtimeResponse"> & {
+  /**
+   * JSON `projectId`.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * JSON `visitors`: distinct sessions seen in the last 5 minutes.
+   *
+   * @generated from field: uint64 visitors = 2;
+   */
+  visitors: bigint;
+
+  /**
+   * JSON `pageviews`: page views of the last 30 minutes.
+   *
+   * @generated from field: uint64 pageviews = 3;
+   */
+  pageviews: bigint;
+
+  /**
+   * JSON `perMinute`: 30 counts, oldest first, the last is the current minute.
+   *
+   * @generated from field: repeated uint64 per_minute = 4;
+   */
+  perMinute: bigint[];
+
+  /**
+   * JSON `pages`: page views by path of the last 30 minutes, top 10.
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry pages = 5;
+   */
+  pages: BreakdownEntry[];
+
+  /**
+   * JSON `sources`: page views by traffic source of the last 30 minutes, top 10.
+   *
+   * @generated from field: repeated analytics.v1.BreakdownEntry sources = 6;
+   */
+  sources: BreakdownEntry[];
+};
+
+/**
+ * Describes the message analytics.v1.GetRealtimeResponse.
+ * Use `create(GetRealtimeResponseSchema)` to create a new message.
+ */
+export const GetRealtimeResponseSchema: GenMessage<GetRealtimeResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 13);
 
 /**
  * One key of a breakdown and its count.
@@ -589,7 +856,7 @@ export type BreakdownEntry = Message<"analytics.v1.BreakdownEntry"> & {
  * Use `create(BreakdownEntrySchema)` to create a new message.
  */
 export const BreakdownEntrySchema: GenMessage<BreakdownEntry> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 9);
+  messageDesc(file_analytics_v1_analytics, 14);
 
 /**
  * One entry of the recent-events log.
@@ -659,7 +926,7 @@ export type RecentEvent = Message<"analytics.v1.RecentEvent"> & {
  * Use `create(RecentEventSchema)` to create a new message.
  */
 export const RecentEventSchema: GenMessage<RecentEvent> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 10);
+  messageDesc(file_analytics_v1_analytics, 15);
 
 /**
  * The figures of one day of the range.
@@ -708,7 +975,7 @@ export type DailyFigures = Message<"analytics.v1.DailyFigures"> & {
  * Use `create(DailyFiguresSchema)` to create a new message.
  */
 export const DailyFiguresSchema: GenMessage<DailyFigures> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 11);
+  messageDesc(file_analytics_v1_analytics, 16);
 
 /**
  * No fields: the key decides which projects are listed.
@@ -736,7 +1003,7 @@ export type ListProjectsRequest = Message<"analytics.v1.ListProjectsRequest"> & 
  * Use `create(ListProjectsRequestSchema)` to create a new message.
  */
 export const ListProjectsRequestSchema: GenMessage<ListProjectsRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 12);
+  messageDesc(file_analytics_v1_analytics, 17);
 
 /**
  * The projects the key may see, one page.
@@ -764,7 +1031,7 @@ export type ListProjectsResponse = Message<"analytics.v1.ListProjectsResponse"> 
  * Use `create(ListProjectsResponseSchema)` to create a new message.
  */
 export const ListProjectsResponseSchema: GenMessage<ListProjectsResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 13);
+  messageDesc(file_analytics_v1_analytics, 18);
 
 /**
  * A project, as in GET /projects.
@@ -834,7 +1101,7 @@ export type Project = Message<"analytics.v1.Project"> & {
  * Use `create(ProjectSchema)` to create a new message.
  */
 export const ProjectSchema: GenMessage<Project> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 14);
+  messageDesc(file_analytics_v1_analytics, 19);
 
 /**
  * The body of POST /projects. A repeated field cannot be told apart from an empty one, so absent lists are sent
@@ -884,6 +1151,13 @@ export type CreateProjectRequest = Message<"analytics.v1.CreateProjectRequest"> 
    * @generated from field: optional analytics.v1.RateLimit rate_limit = 6;
    */
   rateLimit?: RateLimit | undefined;
+
+  /**
+   * JSON `tracked_props`: at most 10 eventParams keys (each at most 40 characters) counted in `props`.
+   *
+   * @generated from field: repeated string tracked_props = 7;
+   */
+  trackedProps: string[];
 };
 
 /**
@@ -891,7 +1165,7 @@ export type CreateProjectRequest = Message<"analytics.v1.CreateProjectRequest"> 
  * Use `create(CreateProjectRequestSchema)` to create a new message.
  */
 export const CreateProjectRequestSchema: GenMessage<CreateProjectRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 15);
+  messageDesc(file_analytics_v1_analytics, 20);
 
 /**
  * Per-project token buckets (requests per second and burst size), each absent field keeping the service default.
@@ -933,7 +1207,7 @@ export type RateLimit = Message<"analytics.v1.RateLimit"> & {
  * Use `create(RateLimitSchema)` to create a new message.
  */
 export const RateLimitSchema: GenMessage<RateLimit> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 16);
+  messageDesc(file_analytics_v1_analytics, 21);
 
 /**
  * The new project and its keys.
@@ -961,7 +1235,7 @@ export type CreateProjectResponse = Message<"analytics.v1.CreateProjectResponse"
  * Use `create(CreateProjectResponseSchema)` to create a new message.
  */
 export const CreateProjectResponseSchema: GenMessage<CreateProjectResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 17);
+  messageDesc(file_analytics_v1_analytics, 22);
 
 /**
  * The keys of a new project.
@@ -989,7 +1263,7 @@ export type ProjectKeys = Message<"analytics.v1.ProjectKeys"> & {
  * Use `create(ProjectKeysSchema)` to create a new message.
  */
 export const ProjectKeysSchema: GenMessage<ProjectKeys> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 18);
+  messageDesc(file_analytics_v1_analytics, 23);
 
 /**
  * A list whose presence matters: unset leaves the field as it is, set (even empty) replaces it.
@@ -1010,7 +1284,7 @@ export type StringList = Message<"analytics.v1.StringList"> & {
  * Use `create(StringListSchema)` to create a new message.
  */
 export const StringListSchema: GenMessage<StringList> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 19);
+  messageDesc(file_analytics_v1_analytics, 24);
 
 /**
  * The body of PATCH /projects/{id}.
@@ -1073,7 +1347,7 @@ export type UpdateProjectRequest = Message<"analytics.v1.UpdateProjectRequest"> 
  * Use `create(UpdateProjectRequestSchema)` to create a new message.
  */
 export const UpdateProjectRequestSchema: GenMessage<UpdateProjectRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 20);
+  messageDesc(file_analytics_v1_analytics, 25);
 
 /**
  * The changed project.
@@ -1094,7 +1368,7 @@ export type UpdateProjectResponse = Message<"analytics.v1.UpdateProjectResponse"
  * Use `create(UpdateProjectResponseSchema)` to create a new message.
  */
 export const UpdateProjectResponseSchema: GenMessage<UpdateProjectResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 21);
+  messageDesc(file_analytics_v1_analytics, 26);
 
 /**
  * DELETE /projects/{id}.
@@ -1115,7 +1389,7 @@ export type DeleteProjectRequest = Message<"analytics.v1.DeleteProjectRequest"> 
  * Use `create(DeleteProjectRequestSchema)` to create a new message.
  */
 export const DeleteProjectRequestSchema: GenMessage<DeleteProjectRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 22);
+  messageDesc(file_analytics_v1_analytics, 27);
 
 /**
  * Answered once the project is deleted and its events erased.
@@ -1130,7 +1404,7 @@ export type DeleteProjectResponse = Message<"analytics.v1.DeleteProjectResponse"
  * Use `create(DeleteProjectResponseSchema)` to create a new message.
  */
 export const DeleteProjectResponseSchema: GenMessage<DeleteProjectResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 23);
+  messageDesc(file_analytics_v1_analytics, 28);
 
 /**
  * GET /projects/{id}/keys.
@@ -1151,7 +1425,7 @@ export type ListKeysRequest = Message<"analytics.v1.ListKeysRequest"> & {
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 24);
+  messageDesc(file_analytics_v1_analytics, 29);
 
 /**
  * A project's keys.
@@ -1172,7 +1446,7 @@ export type ListKeysResponse = Message<"analytics.v1.ListKeysResponse"> & {
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 25);
+  messageDesc(file_analytics_v1_analytics, 30);
 
 /**
  * A key as listed: never the key itself.
@@ -1221,7 +1495,7 @@ export type ApiKey = Message<"analytics.v1.ApiKey"> & {
  * Use `create(ApiKeySchema)` to create a new message.
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 26);
+  messageDesc(file_analytics_v1_analytics, 31);
 
 /**
  * POST /projects/{id}/keys.
@@ -1256,7 +1530,7 @@ export type CreateKeyRequest = Message<"analytics.v1.CreateKeyRequest"> & {
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 27);
+  messageDesc(file_analytics_v1_analytics, 32);
 
 /**
  * The new key.
@@ -1284,7 +1558,7 @@ export type CreateKeyResponse = Message<"analytics.v1.CreateKeyResponse"> & {
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 28);
+  messageDesc(file_analytics_v1_analytics, 33);
 
 /**
  * PATCH /projects/{id}/keys/{key_id}.
@@ -1319,7 +1593,7 @@ export type UpdateKeyRequest = Message<"analytics.v1.UpdateKeyRequest"> & {
  * Use `create(UpdateKeyRequestSchema)` to create a new message.
  */
 export const UpdateKeyRequestSchema: GenMessage<UpdateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 29);
+  messageDesc(file_analytics_v1_analytics, 34);
 
 /**
  * The key after the change.
@@ -1340,7 +1614,7 @@ export type UpdateKeyResponse = Message<"analytics.v1.UpdateKeyResponse"> & {
  * Use `create(UpdateKeyResponseSchema)` to create a new message.
  */
 export const UpdateKeyResponseSchema: GenMessage<UpdateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 30);
+  messageDesc(file_analytics_v1_analytics, 35);
 
 /**
  * DELETE /projects/{id}/keys/{key_id}.
@@ -1368,7 +1642,7 @@ export type RevokeKeyRequest = Message<"analytics.v1.RevokeKeyRequest"> & {
  * Use `create(RevokeKeyRequestSchema)` to create a new message.
  */
 export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 31);
+  messageDesc(file_analytics_v1_analytics, 36);
 
 /**
  * Answered once the key is revoked: it is refused from then on, also after a restart.
@@ -1383,7 +1657,7 @@ export type RevokeKeyResponse = Message<"analytics.v1.RevokeKeyResponse"> & {
  * Use `create(RevokeKeyResponseSchema)` to create a new message.
  */
 export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
-  messageDesc(file_analytics_v1_analytics, 32);
+  messageDesc(file_analytics_v1_analytics, 37);
 
 /**
  * Ingestion, metrics and project management.
@@ -1430,6 +1704,16 @@ export const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof GetMetricsRequestSchema;
     output: typeof GetMetricsResponseSchema;
+  },
+  /**
+   * Reads the last 30 minutes by receive time: the same figures as GET /metrics/realtime.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.GetRealtime
+   */
+  getRealtime: {
+    methodKind: "unary";
+    input: typeof GetRealtimeRequestSchema;
+    output: typeof GetRealtimeResponseSchema;
   },
   /**
    * Lists the projects the key may see: all of them for an admin key, its own for a project secret key.
