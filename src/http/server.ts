@@ -13,11 +13,12 @@ import {
   type RequestMeta,
 } from '../engine/types.ts';
 import { isDashboardPath, serveDashboard } from '../dashboard/serve.ts';
+import { serveMcp } from '../mcp/http-endpoint.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
-import { checkQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
+import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
@@ -136,6 +137,10 @@ export class HttpFace {
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
+      '/mcp': {
+        POST: (req, res) =>
+          serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
+      },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
@@ -319,9 +324,7 @@ export class HttpFace {
   }
 
   private listProjects(req: IncomingMessage, res: ServerResponse, q: ListProjectsQueryParams): void {
-    // The engine checks the values (as for gRPC); a limit that is not all digits is passed as NaN so it is refused.
-    const limit = q.limit === undefined ? undefined : /^\d{1,7}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
-    const out = this.engine.listProjects(this.meta(req), { limit, cursor: q.cursor });
+    const out = this.engine.listProjects(this.meta(req), pageQuery(q));
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
