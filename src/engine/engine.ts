@@ -41,6 +41,7 @@ import type {
   ErrorDetail,
   HealthView,
   IngestAck,
+  KeyIdentity,
   KeyView,
   MetricsQuery,
   Outcome,
@@ -711,6 +712,12 @@ export class Engine implements AnalyticsEngine {
     const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : this.admitManage(meta);
     if (!admitted.ok) return admitted;
     return fail(error.code, error.message, error, admitted.value.rate);
+  }
+
+  identify(meta: RequestMeta): Outcome<KeyIdentity> {
+    const who = this.authenticate(meta);
+    if (!who.ok) return who;
+    return { ok: true, value: { kind: who.value.key.kind, projectId: who.value.key.projectId } };
   }
 
   /** Origin and Referer rules of the project (undefined = allowed). */

@@ -1,4 +1,5 @@
 import type { MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { KeyKind } from '../store/log-store.ts';
 
 /**
  * What the faces (HTTP, gRPC) see of the engine. Faces parse their wire format into plain values, call the
@@ -134,6 +135,13 @@ export interface CreatedProject {
   keys: { secret: string; publishable: string };
 }
 
+/** Who a key is: what a face needs to decide what to offer (MCP lists tools by it); the engine still judges each call. */
+export interface KeyIdentity {
+  kind: KeyKind;
+  /** the key's project; undefined for admin keys */
+  projectId: string | undefined;
+}
+
 export interface HealthView {
   status: 'ok' | 'unavailable';
   version: string;
@@ -163,5 +171,7 @@ export interface AnalyticsEngine {
    * rate limit, scope) and answers `error` only if the gate passes, so precedence and RateLimit-* match the rest.
    */
   refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Failure;
+  /** The key of the request (401 when missing, malformed or unknown); takes no rate-limit token. */
+  identify(meta: RequestMeta): Outcome<KeyIdentity>;
   health(): HealthView;
 }

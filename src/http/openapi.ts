@@ -218,6 +218,25 @@ export function openApiDocument(version: string): Json {
           responses: { '200': json(ref('Ok'), 'revoked'), ...errors(400, 401, 403, 404, 409, 429) },
         },
       },
+      '/mcp': {
+        post: {
+          operationId: 'mcp',
+          summary:
+            'MCP (Model Context Protocol) over Streamable HTTP, stateless: a JSON-RPC message in, its answer out as JSON. Tools: ' +
+            'get_metrics, get_realtime, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
+          security: secured,
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { type: 'object', description: 'a JSON-RPC 2.0 message (send Accept: application/json, text/event-stream)' } } },
+          },
+          responses: {
+            '200': { description: 'the JSON-RPC answer; a refused tool call is a result with isError and the error body', content: { 'application/json': { schema: { type: 'object' } } } },
+            '202': { description: 'a notification, accepted' },
+            '406': { description: 'the Accept header lacks application/json and text/event-stream (a JSON-RPC error)', content: { 'application/json': { schema: { type: 'object' } } } },
+            ...errors(400, 401, 413, 415),
+          },
+        },
+      },
       '/health': {
         get: {
           operationId: 'health',
@@ -235,6 +254,14 @@ export function openApiDocument(version: string): Json {
             '200': { description: 'JavaScript', content: { 'application/javascript': { schema: { type: 'string' } } } },
             '304': { description: 'not modified (If-None-Match)' },
           },
+        },
+      },
+      '/dashboard': {
+        get: {
+          operationId: 'dashboard',
+          summary: 'The dashboard page (no key: it asks for one and calls the endpoints above); its assets are under /dashboard/',
+          security: [],
+          responses: { '200': { description: 'HTML', content: { 'text/html': { schema: { type: 'string' } } } } },
         },
       },
       '/openapi.json': {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { PageQuery } from '../engine/types.ts';
 
 /**
  * The query parameters of every JSON endpoint, one strict schema per route and method: any other parameter is a 400
@@ -35,9 +36,16 @@ export const QUERY_SCHEMAS = {
   '/projects/{id}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
   '/projects/{id}/keys': { GET: z.strictObject({}), POST: z.strictObject({}) },
   '/projects/{id}/keys/{keyId}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
+  '/mcp': { POST: z.strictObject({}) },
 } as const satisfies Record<string, Record<string, z.ZodObject>>;
 
 export type ListProjectsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/projects']['GET']>;
+
+/** GET /projects's paging as the engine takes it (which checks the values, as for gRPC): a limit that is not all digits is NaN, so it is refused. */
+export function pageQuery(q: ListProjectsQueryParams): PageQuery {
+  const limit = q.limit === undefined ? undefined : /^\d{1,7}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
+  return { limit, cursor: q.cursor };
+}
 export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;
 export type RealtimeQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics/realtime']['GET']>;
 

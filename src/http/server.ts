@@ -12,11 +12,13 @@ import {
   type RateInfo,
   type RequestMeta,
 } from '../engine/types.ts';
+import { isDashboardPath, serveDashboard } from '../dashboard/serve.ts';
+import { serveMcp } from '../mcp/http-endpoint.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { openApiDocument } from './openapi.ts';
-import { checkQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
+import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
@@ -135,6 +137,10 @@ export class HttpFace {
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/health': { GET: (_req, res) => this.health(res) },
+      '/mcp': {
+        POST: (req, res) =>
+          serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
+      },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
     };
@@ -237,7 +243,7 @@ export class HttpFace {
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
-      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : 'unknown';
+      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : isDashboardPath(url.pathname) ? '/dashboard' : 'unknown';
       if (!route) {
         for (const [pattern, handlers] of this.paramRoutes) {
           const m = pattern.exec(url.pathname);
@@ -251,6 +257,10 @@ export class HttpFace {
       }
       const ops = this.options.ops;
       if (ops) res.once('finish', () => ops.request('http', endpoint, this.outcomes.get(res) ?? (res.statusCode < 400 ? 'ok' : String(res.statusCode))));
+      if (isDashboardPath(url.pathname)) {
+        const refused = await serveDashboard(req, res, url.pathname);
+        return refused ? this.send(res, refused) : undefined;
+      }
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
       const handler = route[req.method ?? ''];
       if (!handler) {
@@ -314,9 +324,7 @@ export class HttpFace {
   }
 
   private listProjects(req: IncomingMessage, res: ServerResponse, q: ListProjectsQueryParams): void {
-    // The engine checks the values (as for gRPC); a limit that is not all digits is passed as NaN so it is refused.
-    const limit = q.limit === undefined ? undefined : /^\d{1,7}$/.test(q.limit) ? Number(q.limit) : Number.NaN;
-    const out = this.engine.listProjects(this.meta(req), { limit, cursor: q.cursor });
+    const out = this.engine.listProjects(this.meta(req), pageQuery(q));
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }

@@ -236,8 +236,18 @@ class BatchingClient implements AnalyticsClient {
     return this.#draining;
   }
 
+  /**
+   * Sends what is queued from the caller's own async context: alongside a send already under way, not behind it,
+   * then waits for that send too. Edge runtimes tie I/O to the request that started it, so a worker's
+   * `ctx.waitUntil(analytics.flush())` must carry its own request's events rather than wait on another request's
+   * send, which the runtime cancels with that request.
+   */
   async #flushAll(): Promise<void> {
-    while (this.#queue.length > 0 || this.#draining) await this.#drain();
+    for (;;) {
+      if (this.#queue.length > 0) await (this.#draining === undefined ? this.#drain() : this.#deliver(this.#takeBatch()));
+      else if (this.#draining !== undefined) await this.#draining;
+      else return;
+    }
   }
 
   #takeBatch(): EncodedEvent[] {
@@ -258,7 +268,7 @@ class BatchingClient implements AnalyticsClient {
     const headers = encoding ? { ...this.#headers, 'Content-Encoding': encoding } : this.#headers;
     const init: RequestInit = { method: 'POST', headers, body, credentials: 'omit' };
     if (this.#browser && (typeof body === 'string' ? body.length * 3 : body.length) <= KEEPALIVE_MAX_BYTES) init.keepalive = true;
-    this.#stats.inFlight = batch.length;
+    this.#stats.inFlight += batch.length;
     try {
       for (let attempt = 0; ; attempt++) {
         let retryAfterMs: number | undefined;
@@ -292,7 +302,7 @@ class BatchingClient implements AnalyticsClient {
         await sleep(retryDelayMs(attempt, this.#retryBaseMs, this.#retryMaxMs, retryAfterMs));
       }
     } finally {
-      this.#stats.inFlight = 0;
+      this.#stats.inFlight -= batch.length;
     }
   }
 

@@ -89,7 +89,7 @@ export interface ClientOptions {
 export interface ClientStats {
   /** events waiting to be sent */
   queued: number;
-  /** events in the request currently on the wire */
+  /** events in requests currently on the wire */
   inFlight: number;
   /** events the service acknowledged */
   sent: number;
@@ -158,7 +158,9 @@ export interface AnalyticsClient {
   captureException(error: unknown, options?: { fatal?: boolean; context?: EventContext }): string;
   /**
    * Sends everything queued and resolves when the queue is empty (delivered, or given up and reported to
-   * `onError`). Never rejects.
+   * `onError`). Never rejects. The caller's events are sent from the caller's own context, next to any send
+   * already under way, so an edge function can hand it to the runtime after answering:
+   * `ctx.waitUntil(analytics.flush())`.
    * @example await analytics.flush();
    */
   flush(): Promise<void>;

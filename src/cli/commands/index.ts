@@ -4,6 +4,7 @@ import { registerExport } from './export.ts';
 import { registerImport } from './import.ts';
 import { registerKeys } from './keys.ts';
 import { registerCheck, registerRebuild } from './maintenance.ts';
+import { registerMcp } from './mcp.ts';
 import { registerProjects } from './projects.ts';
 import { registerServe } from './serve.ts';
 
@@ -17,4 +18,5 @@ export const commands: Array<(program: Command) => void> = [
   registerRebuild,
   registerCheck,
   registerBackup,
+  registerMcp,
 ];

@@ -1,0 +1,2 @@
+/** Stylesheets imported for esbuild to bundle into app.css. */
+declare module '*.css';
