@@ -1,39 +1,19 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { api, createProject } from './helpers.ts';
+import { startServiceProcess, type ServiceProcess } from './service-process.ts';
 
 /** ≥ 20 kills in `npm test`; bench/soak runs more. */
 const RUNS = Number(process.env.CRASH_RUNS ?? 20);
 /** Concurrent ingest loops while the kill lands. */
 const WRITERS = 8;
 
-interface Child {
-  proc: ChildProcess;
-  url: string;
-}
 
-function startChild(dataDir: string, adminKey: string): Promise<Child> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const m = /HTTP (http:\/\/\S+)/.exec(out);
-      if (m) resolve({ proc, url: m[1]! });
-    });
-    proc.once('exit', (code) => reject(new Error(`child exited early (${code}): ${out}`)));
-  });
-}
-
-function kill(child: Child): Promise<void> {
+function kill(child: ServiceProcess): Promise<void> {
   return new Promise((resolve) => {
     child.proc.once('exit', () => resolve());
     child.proc.kill('SIGKILL');
@@ -56,7 +36,7 @@ test(`every acknowledged event is counted exactly once across ${RUNS} SIGKILLs u
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
   const sent: Sent[] = [];
   try {
-    let child = await startChild(dataDir, adminKey);
+    let child = await startServiceProcess(dataDir, adminKey);
     const { keys } = await createProject(child.url, adminKey, { monthly_quota: 0 });
     for (let run = 0; run < RUNS; run++) {
       const counted = await crashCount(child.url, keys.secret);
@@ -85,7 +65,7 @@ test(`every acknowledged event is counted exactly once across ${RUNS} SIGKILLs u
       await kill(child);
       stop = true;
       await Promise.all(writers);
-      child = await startChild(dataDir, adminKey);
+      child = await startServiceProcess(dataDir, adminKey);
     }
 
     // Resend everything not acknowledged with the same eventIds, as a client would: each event is then stored once.
@@ -109,7 +89,7 @@ test('SIGTERM drains, writes a snapshot, exits 0, and the next start serves the 
   const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-term-'));
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
   try {
-    const child = await startChild(dataDir, adminKey);
+    const child = await startServiceProcess(dataDir, adminKey);
     const { keys } = await createProject(child.url, adminKey, { monthly_quota: 0 });
     const body = Array.from({ length: 50 }, (_, i) => ({ event: 'crash', sessionId: `s${i}` }));
     const inflight = Array.from({ length: 10 }, () => api(child.url, '/analytics', { key: keys.secret, body }));
@@ -119,7 +99,7 @@ test('SIGTERM drains, writes a snapshot, exits 0, and the next start serves the 
     assert.equal(await exited, 0);
     assert.ok(readdirSync(path.join(dataDir, 'snapshots')).some((f) => f.endsWith('.bin')), 'a snapshot was written');
 
-    const again = await startChild(dataDir, adminKey);
+    const again = await startServiceProcess(dataDir, adminKey);
     assert.equal(await crashCount(again.url, keys.secret), 500);
     await kill(again);
   } finally {

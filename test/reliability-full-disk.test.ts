@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,6 +7,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
+import { startServiceProcess } from './service-process.ts';
 
 /**
  * Issue 17, row 4: on a full disk the first refused batch got 503, then an unhandled lmdb commit rejection ended the
@@ -58,22 +59,6 @@ function tryMount(dir: string, size: string): boolean {
 }
 
 /** The service as `npm start` runs it: a full disk must not end the process (in-process, the test runner would count lmdb's stray rejections as failures). */
-function startChild(dataDir: string, adminKey: string): Promise<{ proc: ChildProcess; url: string; output: () => string }> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-  return new Promise((resolve, reject) => {
-    proc.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const m = /HTTP (http:\/\/\S+)/.exec(out);
-      if (m) resolve({ proc, url: m[1]!, output: () => out });
-    });
-    proc.once('exit', (code) => reject(new Error(`child exited early (${code}): ${out}`)));
-  });
-}
 
 test('a real full disk (24 MiB tmpfs): the process stays up, refuses writes with 503, and resumes when space is freed', async (t) => {
   const mnt = mkdtempSync(path.join(tmpdir(), 'analytics-fulldisk-'));
@@ -85,7 +70,7 @@ test('a real full disk (24 MiB tmpfs): the process stays up, refuses writes with
   const dataDir = path.join(mnt, 'data');
   mkdirSync(dataDir);
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
-  let child = await startChild(dataDir, adminKey);
+  let child = await startServiceProcess(dataDir, adminKey, { ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' });
   let exitCode: number | null | undefined;
   child.proc.once('exit', (code) => (exitCode = code));
   try {
@@ -120,7 +105,7 @@ test('a real full disk (24 MiB tmpfs): the process stays up, refuses writes with
     const exited = new Promise((r) => child.proc.once('exit', r));
     child.proc.kill('SIGTERM');
     await exited;
-    child = await startChild(dataDir, adminKey);
+    child = await startServiceProcess(dataDir, adminKey, { ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' });
     assert.equal(await storedEvents(child.url, key), acked, 'after a restart: every acknowledged event, no refused one');
   } finally {
     child.proc.kill('SIGKILL');

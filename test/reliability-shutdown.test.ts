@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -9,6 +8,7 @@ import { test } from 'node:test';
 import { DRAIN_DEADLINE_MS } from '../src/service.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject } from './helpers.ts';
+import { startServiceProcess, type ServiceProcess } from './service-process.ts';
 
 /**
  * Issue 17, row 3: one silent connection kept SIGTERM from ever finishing (no exit after 90 s, no snapshot). Now a
@@ -16,27 +16,6 @@ import { api, createProject } from './helpers.ts';
  * within the drain deadline, the slow client gets its answer (503) or a close, and the snapshot is written.
  */
 
-interface Child {
-  proc: ChildProcess;
-  url: string;
-  grpc: string;
-}
-
-function startChild(dataDir: string, adminKey: string): Promise<Child> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const m = /HTTP (http:\/\/\S+)\s+gRPC (\S+)/.exec(out);
-      if (m) resolve({ proc, url: m[1]!, grpc: m[2]! });
-    });
-    proc.once('exit', (code) => reject(new Error(`child exited early (${code}): ${out}`)));
-  });
-}
 
 function open(address: string): Socket {
   const [host, port] = address.replace('http://', '').split(':');
@@ -48,7 +27,7 @@ function open(address: string): Socket {
 test('SIGTERM with silent, idle and slow clients open exits 0 within the drain deadline and writes the snapshot', async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-shutdown-'));
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
-  const child = await startChild(dataDir, adminKey);
+  const child = await startServiceProcess(dataDir, adminKey);
   try {
     const p = await createProject(child.url, adminKey);
     assert.equal((await api(child.url, '/analytics', { key: p.keys.secret, body: pv('/before') })).status, 200);

@@ -43,3 +43,20 @@ export type LiveDays = ReadonlyMap<string, { firstSeq: number }>;
 export interface SealedSource {
   parts(projectId: string, from: string, to: string, live: LiveDays): RangePart[];
 }
+
+/**
+ * Two parts of one day's figures added: the live day and a sealed segment of the same date, or two sealed segments
+ * (events that arrived after the day was sealed, only possible when the server clock jumped back further than the seal
+ * margin). Counts add; users add too, an upper bound, since the parts' sessions and users cannot be told apart any more.
+ */
+export function addFigures(a: DayFigures, b: DayFigures): DayFigures {
+  return {
+    date: a.date,
+    users: a.users + b.users,
+    sessions: a.sessions + b.sessions,
+    pageviews: a.pageviews + b.pageviews,
+    bounces: a.bounces + b.bounces,
+    sessionsWithPageview: a.sessionsWithPageview + b.sessionsWithPageview,
+    bots: a.bots + b.bots,
+  };
+}

@@ -1,6 +1,6 @@
 import { sortedBreakdown } from './capped-counter.ts';
 import { formatRate, PROPS_PREFIX, REVENUE_PURCHASES, REVENUE_TOTAL } from './day-aggregate.ts';
-import type { DayFigures, LiveDays, RangePart, SealedSource } from './day-view.ts';
+import { addFigures, type DayFigures, type LiveDays, type RangePart, type SealedSource } from './day-view.ts';
 import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
@@ -200,17 +200,6 @@ function propFigures(props: Map<string, Map<string, number>>): Record<string, Br
   return out;
 }
 
-function addFigures(a: DayFigures, b: DayFigures): DayFigures {
-  return {
-    date: a.date,
-    users: a.users + b.users,
-    sessions: a.sessions + b.sessions,
-    pageviews: a.pageviews + b.pageviews,
-    bounces: a.bounces + b.bounces,
-    sessionsWithPageview: a.sessionsWithPageview + b.sessionsWithPageview,
-    bots: a.bots + b.bots,
-  };
-}
 
 /**
  * Exact while every part keeps its user hashes and they are few (RANGE_EXACT_HASHES); a sketch merge (within 1 %)

@@ -1,5 +1,5 @@
 import type { DayAggregate } from './day-aggregate.ts';
-import type { DayFigures, RangePart } from './day-view.ts';
+import { addFigures, type DayFigures, type RangePart } from './day-view.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberSet } from './number-table.ts';
@@ -108,22 +108,6 @@ export function rollupMonth(month: string, days: readonly SealedDay[]): SealedMo
   return out;
 }
 
-/**
- * Two segments of one day (events that arrived after it was sealed, only possible when the server clock jumped back
- * further than the seal margin): counts add; users add too, an upper bound, since the segments' sessions and users
- * cannot be told apart any more.
- */
-function addFigures(a: DayFigures, b: DayFigures): DayFigures {
-  return {
-    date: a.date,
-    users: a.users + b.users,
-    sessions: a.sessions + b.sessions,
-    pageviews: a.pageviews + b.pageviews,
-    bounces: a.bounces + b.bounces,
-    sessionsWithPageview: a.sessionsWithPageview + b.sessionsWithPageview,
-    bots: a.bots + b.bots,
-  };
-}
 
 /** A sealed day or month as a RangePart. */
 export class SealedPart implements RangePart {

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { CliError } from '../errors.ts';
+import type { ProjectView } from '../../engine/types.ts';
 import { print, Remote, remote, table, type RemoteOptions } from '../remote.ts';
 
 /** `analytics projects list|create|update|delete`: the HTTP management calls. */
@@ -7,16 +8,8 @@ import { print, Remote, remote, table, type RemoteOptions } from '../remote.ts';
 /** Page size when listing everything: the contract's maximum, so few round trips. */
 const LIST_PAGE = 1000;
 
-interface ProjectJson {
-  id: string;
-  name: string;
-  allowed_origins: string[];
-  allowed_referrers: string[];
-  timezone: string;
-  monthly_quota: number;
-  created_at: string;
-  tracked_props?: string[];
-}
+/** The JSON the HTTP face answers for a project: the engine's view, so the two cannot drift apart. */
+type ProjectJson = ProjectView;
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
