@@ -97,6 +97,12 @@ test('flipped bytes in a copy of a real data dir: startup refuses naming the fir
 
     // a snapshot that counted past the damage (copied from the healthy dir) must not be used: the log is the truth
     cpSync(path.join(svc.dataDir, 'snapshots'), path.join(damaged, 'snapshots'), { recursive: true });
+    const damaged2 = path.join(work, 'damaged2');
+    cpSync(damaged, damaged2, { recursive: true });
+    const said = await run(process.execPath, ['bin/analytics.js', 'repair', '--yes', '--data-dir', damaged2]);
+    assert.match(said.stdout, new RegExp(`removed sequences ${firstBad}\\.\\.${acked} \\(${acked - firstBad + 1} record\\(s\\)\\): lost`));
+    assert.match(said.stdout, new RegExp(`newest valid snapshot \\(through sequence ${acked}\\) had counted ${acked - firstBad + 1} of them; not used`));
+    assert.match(said.stdout, /kept a copy of the damaged analytics\.lmdb and snapshots in .*damaged-/);
     const repaired = await run(process.execPath, ['bin/analytics.js', 'repair', '--yes', '--data-dir', damaged, '--json']);
     const r = JSON.parse(repaired.stdout);
     assert.equal(r.repaired, true);
