@@ -48,9 +48,11 @@ export class RecoveryRefused extends Error {
   constructor(readonly damage: LogDamage) {
     super(
       `${damage.message}. Refusing to start: serving from here would silently lose acknowledged events.\n` +
-        'Way out: stop, restore the newest backup (`analytics backup DEST` made it: copy DEST/analytics.lmdb and ' +
-        'DEST/snapshots/ into the data directory), and start again. Without a backup, keep a copy of the damaged ' +
-        'data directory for investigation before anything else.',
+        'Way out (either): 1. restore the newest backup (`analytics backup DEST` made it: copy DEST/analytics.lmdb and ' +
+        'DEST/snapshots/ into the data directory) and start again: loses only what came after the backup. ' +
+        `2. \`analytics repair --yes\` (explicit): keeps a copy of the damaged files aside, cuts the log at sequence ${damage.seq} ` +
+        '(that record and every later one are lost, even those a snapshot had counted: the log is the truth) and ' +
+        'rebuilds the aggregates and snapshot from what stays; then start again.',
     );
   }
 }

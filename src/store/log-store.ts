@@ -372,6 +372,53 @@ export class LogStore {
     return cut - start;
   }
 
+  /**
+   * Repair (`analytics repair`, an explicit operator action on a stopped service): removes the log entry at `seq`
+   * (the first one that failed verification) and every entry after it, in one transaction, so the log ends where it
+   * was last trustworthy and stays continuous. The eventIds those records carried are forgotten in the same
+   * transaction (a resend must count again, not be taken for a duplicate): those of every removed entry that still
+   * decodes, and every remembered id received after the newest kept record (covers the damaged entry's own ids,
+   * which cannot be read). Returns the removed sequence range (`from` > `to` when nothing went).
+   */
+  async cutFrom(seq: number): Promise<{ from: number; to: number; forgottenIds: number }> {
+    if (this.gate) await this.gate;
+    const before = this.lastSeq();
+    let forgottenIds = 0;
+    await this.root.transaction(() => {
+      // the newest receive time the kept log holds (the entry just before the cut; the log is in receive order)
+      let keptRt = -Infinity;
+      for (const { key, value } of this.log.getRange({ start: seq - 1, reverse: true, limit: 1 })) {
+        if (key === STRUCTURES_KEY) break;
+        const recs = Buffer.isBuffer(value) ? (this.codec.decode(decodeEntry(value, key).payload) as LogRecord[]) : [value];
+        for (const r of recs) if ('rt' in r && typeof r.rt === 'number') keptRt = Math.max(keptRt, r.rt);
+      }
+      const forget = new Set<string>();
+      const ids: IdKey[] = [];
+      for (const { key, value } of this.log.getRange({ start: Math.max(seq, STRUCTURES_KEY + 1) })) {
+        let recs: LogRecord[] = [];
+        try {
+          recs = Buffer.isBuffer(value) ? (this.codec.decode(decodeEntry(value, key).payload) as LogRecord[]) : [value];
+        } catch {
+          // the damaged entry: its ids are caught by the receive-time sweep below
+        }
+        for (const r of Array.isArray(recs) ? recs : []) {
+          if (r.t === 'e' && r.eventId !== undefined && !forget.has(`${r.p}\u0000${r.eventId}`)) {
+            forget.add(`${r.p}\u0000${r.eventId}`);
+            ids.push([r.p, r.eventId]);
+          }
+        }
+        this.log.removeSync(key);
+      }
+      for (const { key, value } of this.eventIds.getRange()) {
+        if (value > keptRt && !forget.has(`${key[0]}\u0000${key[1]}`)) ids.push(key);
+      }
+      for (const k of ids) if (this.eventIds.removeSync(k)) forgottenIds++;
+    });
+    await this.root.flushed;
+    this.nextSeq = this.lastKey() + 1;
+    return { from: this.nextSeq, to: before, forgottenIds };
+  }
+
   countAfter(afterSeq: number): number {
     return Math.max(0, this.lastSeq() - afterSeq);
   }

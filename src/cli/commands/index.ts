@@ -6,6 +6,7 @@ import { registerKeys } from './keys.ts';
 import { registerCheck, registerRebuild } from './maintenance.ts';
 import { registerMcp } from './mcp.ts';
 import { registerProjects } from './projects.ts';
+import { registerRepair } from './repair.ts';
 import { registerServe } from './serve.ts';
 
 /** Every command of `analytics`; each file registers one command (or one group) on the program. */
@@ -18,5 +19,6 @@ export const commands: Array<(program: Command) => void> = [
   registerRebuild,
   registerCheck,
   registerBackup,
+  registerRepair,
   registerMcp,
 ];
