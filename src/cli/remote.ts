@@ -38,14 +38,14 @@ export class Remote {
   }
 
   /** One call; resolves with the JSON body of a 2xx, throws CliError otherwise. */
-  async call<T = any>(method: string, route: string, body?: unknown): Promise<T> {
+  async call<T = unknown>(method: string, route: string, body?: unknown): Promise<T> {
     const res = await this.send(method, route, body);
     if (res.ok) return res.body as T;
     throw new CliError(describe(res.status, res.body));
   }
 
   /** The raw answer (for callers that handle 429 themselves). */
-  async send(method: string, route: string, body?: unknown): Promise<{ ok: boolean; status: number; body: any; retryAfter: number | undefined }> {
+  async send(method: string, route: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
     let res: Response;
     try {
       res = await fetch(this.base + route, {
@@ -69,11 +69,22 @@ export class Remote {
   }
 }
 
-export function describe(status: number, body: any): string {
-  const e = body?.error;
+/** The error body every face answers (README "Errors"), as far as a message needs it. */
+interface ErrorBody {
+  error?: { code?: unknown; message?: unknown; details?: Array<{ index?: number; path?: string; message?: string }> };
+}
+
+/** The error code of an answer's body, if it is the service's error shape. */
+export function errorCode(body: unknown): string | undefined {
+  const code = typeof body === 'object' && body !== null ? (body as ErrorBody).error?.code : undefined;
+  return typeof code === 'string' ? code : undefined;
+}
+
+export function describe(status: number, body: unknown): string {
+  const e = typeof body === 'object' && body !== null ? (body as ErrorBody).error : undefined;
   if (e && typeof e.code === 'string') {
-    const details = Array.isArray(e.details) ? e.details.map((d: any) => `\n  ${d.index !== undefined ? `event ${d.index} ` : ''}${d.path}: ${d.message}`).join('') : '';
-    return `${status} ${e.code}: ${e.message}${details}`;
+    const details = Array.isArray(e.details) ? e.details.map((d) => `\n  ${d.index !== undefined ? `event ${d.index} ` : ''}${d.path}: ${d.message}`).join('') : '';
+    return `${status} ${e.code}: ${String(e.message)}${details}`;
   }
   return `${status}: ${typeof body === 'string' ? body.slice(0, 200) : JSON.stringify(body)}`;
 }

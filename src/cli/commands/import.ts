@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { MAX_BATCH_EVENTS, MAX_BODY_BYTES } from '../../core/limits.ts';
 import { CliError } from '../errors.ts';
 import { progress } from '../progress.ts';
-import { describe, print, Remote, remote, type RemoteOptions } from '../remote.ts';
+import { describe, errorCode, print, Remote, remote, type RemoteOptions } from '../remote.ts';
 
 /**
  * `analytics import --project ID FILE.ndjson`: one JSON event per line, sent through the normal ingest path
@@ -48,7 +48,7 @@ export function registerImport(program: Command): void {
       for (let attempt = 0; ; attempt++) {
         const res = await api.send('POST', '/analytics', batch);
         if (res.ok) break;
-        if (res.status === 429 && res.body?.error?.code === 'rate_limited' && attempt < MAX_RETRIES) {
+        if (res.status === 429 && errorCode(res.body) === 'rate_limited' && attempt < MAX_RETRIES) {
           await new Promise((r) => setTimeout(r, (res.retryAfter ?? 1) * 1000));
           continue;
         }
