@@ -1,35 +1,20 @@
-import type { MetricsResponse } from '../core/types.ts';
+import type { Breakdown, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 
 /**
  * The dashboard's only way to the service: same-origin GETs with the key in the Authorization header, never in the
  * URL, never with cookies, never with a Referer. Every outcome, including "the service is not there", is a value.
  */
 
-export type Breakdown = Record<string, number>;
+export type { Breakdown };
 
 /** The insight figures, optional here so the page also works against a service without them. */
 type Insights = 'compare' | 'entryPages' | 'browsers' | 'operatingSystems' | 'utmMediums' | 'utmCampaigns' | 'revenue' | 'props';
 
-/** GET /metrics as the page reads it. */
-export interface Metrics extends Omit<MetricsResponse, Insights> {
-  compare?: { from: string; to: string; users: number; sessions: number; pageviews: number; bounceRate: string; daily: MetricsResponse['daily'] };
-  entryPages?: Breakdown;
-  browsers?: Breakdown;
-  operatingSystems?: Breakdown;
-  utmMediums?: Breakdown;
-  utmCampaigns?: Breakdown;
-  revenue?: Record<string, { total: number; purchases: number }>;
-  props?: Record<string, Breakdown>;
-}
+/** GET /metrics as the page reads it: the service's own answer type, with the insight figures optional. */
+export type Metrics = Omit<MetricsResponse, Insights> & Partial<Pick<MetricsResponse, Insights>>;
 
-export interface Realtime {
-  projectId: string;
-  visitors: number;
-  pageviews: number;
-  perMinute: number[];
-  pages: Breakdown;
-  sources: Breakdown;
-}
+/** GET /metrics/realtime: the service's own answer type. */
+export type Realtime = RealtimeResponse;
 
 export interface Project {
   id: string;
