@@ -1,0 +1,173 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+/**
+ * A real 3-server NATS JetStream cluster for tests: a fresh temp dir, free loopback ports, stopped by PID.
+ * `nats-server` is the Debian package (.ci/run installs it). Servers can be killed and restarted by index to fault
+ * the cluster.
+ */
+
+/** Servers are up when /healthz says JetStream is enabled and a meta leader exists; ~0.6 s on 2 cores. */
+const READY_DEADLINE_MS = 30_000;
+
+export interface NatsServerInfo {
+  name: string;
+  client: number;
+  http: number;
+  route: number;
+  storeDir: string;
+  proc: ChildProcess | undefined;
+}
+
+export interface NatsCluster {
+  dir: string;
+  servers: NatsServerInfo[];
+  /** client URLs of all three servers, comma separated (ANALYTICS_NATS) */
+  urls: string;
+  urlList: string[];
+  kill(i: number, signal?: NodeJS.Signals): Promise<void>;
+  start(i: number): Promise<void>;
+  /** name of the current leader of `stream` (from /jsz), or undefined */
+  streamLeader(stream: string): Promise<string | undefined>;
+  /** per-server last_seq of `stream` (from /jsz) */
+  streamLastSeqs(stream: string): Promise<Array<number | undefined>>;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function httpJson(port: number, pathAndQuery: string): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(`http://127.0.0.1:${port}${pathAndQuery}`, { signal: AbortSignal.timeout(2_000) });
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    /* plain text */
+  }
+  return { status: res.status, body };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function startNatsCluster(): Promise<NatsCluster> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nats-cluster-'));
+  const servers: NatsServerInfo[] = [];
+  for (let i = 1; i <= 3; i++) {
+    servers.push({ name: `n${i}`, client: await freePort(), http: await freePort(), route: await freePort(), storeDir: path.join(dir, `n${i}`), proc: undefined });
+  }
+  const routes = servers.map((s) => `    nats-route://127.0.0.1:${s.route}`).join('\n');
+  servers.forEach((s) => {
+    const conf = [
+      `server_name: ${s.name}`,
+      `listen: 127.0.0.1:${s.client}`,
+      `http: 127.0.0.1:${s.http}`,
+      'max_payload: 4MB',
+      'jetstream {',
+      `  store_dir: "${s.storeDir}"`,
+      '  max_memory_store: 256MB',
+      '  max_file_store: 4GB',
+      '}',
+      'cluster {',
+      '  name: analytics-test',
+      `  listen: 127.0.0.1:${s.route}`,
+      '  routes: [',
+      routes,
+      '  ]',
+      '}',
+      '',
+    ].join('\n');
+    writeFileSync(path.join(dir, `${s.name}.conf`), conf);
+  });
+
+  const start = async (i: number) => {
+    const s = servers[i]!;
+    const proc = spawn('nats-server', ['-c', path.join(dir, `${s.name}.conf`), '-l', path.join(dir, `${s.name}.log`)], { stdio: 'ignore' });
+    s.proc = proc;
+    proc.once('exit', () => {
+      if (s.proc === proc) s.proc = undefined;
+    });
+  };
+  const waitReady = async (i: number) => {
+    const s = servers[i]!;
+    const deadline = Date.now() + READY_DEADLINE_MS;
+    for (;;) {
+      try {
+        const h = await httpJson(s.http, '/healthz?js-enabled-only=true');
+        const j = await httpJson(s.http, '/jsz');
+        const meta = (j.body as { meta_cluster?: { leader?: string } }).meta_cluster;
+        if (h.status === 200 && meta?.leader) return;
+      } catch {
+        /* not up yet */
+      }
+      if (Date.now() > deadline) throw new Error(`nats-server ${s.name} not ready within ${READY_DEADLINE_MS} ms (log: ${dir}/${s.name}.log)`);
+      await sleep(50);
+    }
+  };
+
+  for (let i = 0; i < 3; i++) await start(i);
+  await Promise.all(servers.map((_, i) => waitReady(i)));
+
+  const urlList = servers.map((s) => `nats://127.0.0.1:${s.client}`);
+  return {
+    dir,
+    servers,
+    urls: urlList.join(','),
+    urlList,
+    async kill(i, signal = 'SIGKILL') {
+      const p = servers[i]!.proc;
+      if (!p || p.exitCode !== null) return;
+      const gone = new Promise<void>((r) => p.once('exit', () => r()));
+      p.kill(signal);
+      await gone;
+    },
+    async start(i) {
+      await start(i);
+      await waitReady(i);
+    },
+    async streamLeader(stream) {
+      for (const s of servers) {
+        if (!s.proc) continue;
+        try {
+          const j = await httpJson(s.http, '/jsz?streams=true');
+          const accounts = (j.body as { account_details?: Array<{ stream_detail?: Array<{ name: string; cluster?: { leader?: string } }> }> }).account_details ?? [];
+          for (const a of accounts) for (const st of a.stream_detail ?? []) if (st.name === stream && st.cluster?.leader) return st.cluster.leader;
+        } catch {
+          /* try the next server */
+        }
+      }
+      return undefined;
+    },
+    async streamLastSeqs(stream) {
+      return Promise.all(
+        servers.map(async (s) => {
+          if (!s.proc) return undefined;
+          try {
+            const j = await httpJson(s.http, '/jsz?streams=true');
+            const accounts = (j.body as { account_details?: Array<{ stream_detail?: Array<{ name: string; state?: { last_seq?: number } }> }> }).account_details ?? [];
+            for (const a of accounts) for (const st of a.stream_detail ?? []) if (st.name === stream) return st.state?.last_seq;
+          } catch {
+            /* down */
+          }
+          return undefined;
+        }),
+      );
+    },
+    async stop() {
+      await Promise.all(servers.map(async (_, i) => this.kill(i, 'SIGTERM')));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
