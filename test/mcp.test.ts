@@ -236,6 +236,15 @@ for (const transport of ['http', 'stdio'] as const) {
         assert.equal(((await query.json()) as { error: { code: string } }).error.code, 'invalid_request');
         assert.equal(get.status, 405, 'no server-to-client stream: every answer comes with its request');
         assert.equal(get.headers.get('allow'), 'POST, OPTIONS');
+        // A browser MCP client on another origin: its preflight must allow the header it sends after initialize.
+        const preflight = await fetch(new URL('/mcp', svc.url), {
+          method: 'OPTIONS',
+          headers: { origin: 'https://agent.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type, mcp-protocol-version' },
+        });
+        assert.equal(preflight.status, 204);
+        assert.equal(preflight.headers.get('access-control-allow-origin'), 'https://agent.example');
+        const allowed = (preflight.headers.get('access-control-allow-headers') ?? '').toLowerCase().split(/\s*,\s*/);
+        for (const h of ['authorization', 'content-type', 'mcp-protocol-version']) assert.ok(allowed.includes(h), `preflight allows ${h}: ${allowed.join(', ')}`);
       } else {
         await assert.rejects(connect('stdio', unknownKey), /unauthorized: unknown or revoked API key/);
         // nothing listens on port 1: the relay answers initialize with an error instead of hanging

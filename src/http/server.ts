@@ -238,7 +238,7 @@ export class HttpFace {
     try {
       const url = new URL(req.url ?? '/', 'http://localhost');
       this.cors(req, res);
-      if (req.method === 'OPTIONS') return this.preflight(req, res);
+      if (req.method === 'OPTIONS') return this.preflight(req, res, url.pathname);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
       if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
@@ -447,9 +447,10 @@ export class HttpFace {
     res.setHeader('Access-Control-Expose-Headers', EXPOSED);
   }
 
-  private preflight(req: IncomingMessage, res: ServerResponse): void {
+  private preflight(req: IncomingMessage, res: ServerResponse, pathname: string): void {
     res.setHeader('Access-Control-Allow-Methods', 'GET, POST, PATCH, DELETE, OPTIONS');
-    res.setHeader('Access-Control-Allow-Headers', 'Authorization, Content-Type');
+    // A browser-based MCP client sends the protocol version header on every request after initialize.
+    res.setHeader('Access-Control-Allow-Headers', pathname === '/mcp' ? 'Authorization, Content-Type, Mcp-Protocol-Version' : 'Authorization, Content-Type');
     res.setHeader('Access-Control-Max-Age', String(PREFLIGHT_MAX_AGE_S));
     res.setHeader('Allow', 'GET, POST, PATCH, DELETE, OPTIONS');
     req.resume();
