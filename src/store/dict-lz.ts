@@ -133,13 +133,16 @@ function fail(why: string): never {
   throw new CorruptStream(why);
 }
 
-/** Decompresses into exactly `size` bytes; throws CorruptStream on anything that does not fit. */
-export function decompress(src: Uint8Array, size: number, dict: Dictionary = EMPTY): Buffer {
+/**
+ * Decompresses `src` from `start` into exactly `size` bytes (a new buffer, or the first `size` bytes of `into`, which
+ * is returned whole); throws CorruptStream on anything that does not fit.
+ */
+export function decompress(src: Uint8Array, size: number, dict: Dictionary = EMPTY, into?: Buffer, start = 0): Buffer {
   const d = dict.bytes;
   const D = d.length;
-  const out = Buffer.allocUnsafe(size);
+  const out = into && into.length >= size ? into : Buffer.allocUnsafe(size);
   const end = src.length;
-  let i = 0;
+  let i = start;
   let o = 0;
   while (i < end) {
     const token = src[i++]!;
@@ -189,4 +192,21 @@ export function decompress(src: Uint8Array, size: number, dict: Dictionary = EMP
   }
   if (o !== size) fail(`decoded ${o} bytes where ${size} were stored`);
   return out;
+}
+
+/** CRC-32 (IEEE, the same as zlib's) of bytes start..end, without a subarray per call. */
+const CRC_TABLE = (() => {
+  const t = new Int32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    t[n] = c;
+  }
+  return t;
+})();
+
+export function crc32Of(b: Uint8Array, start: number, end: number): number {
+  let c = -1;
+  for (let i = start; i < end; i++) c = CRC_TABLE[(c ^ b[i]!) & 0xff]! ^ (c >>> 8);
+  return (c ^ -1) >>> 0;
 }
