@@ -19,7 +19,7 @@ const load = (repo: string, file: string): Promise<Mod> => import(pathToFileURL(
 let service: { url: string; stop(): Promise<void> } | undefined;
 let dataDir: string | undefined;
 
-async function start(a: { repo: string; durability: 'flush' | 'commit' }): Promise<{ url: string; secret: string }> {
+async function start(a: { repo: string; durability: 'flush' | 'commit' }): Promise<{ url: string; grpcAddress: string; secret: string; projectId: string }> {
   const { loadConfig } = await load(a.repo, 'src/config.ts');
   const { startService } = await load(a.repo, 'src/service.ts');
   dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-ab-'));
@@ -41,7 +41,7 @@ async function start(a: { repo: string; durability: 'flush' | 'commit' }): Promi
     { name: 'bench', allowed_origins: [], allowed_referrers: [], monthly_quota: 0 },
   );
   if (!created.ok) throw new Error(`createProject: ${created.error.message}`);
-  return { url: service!.url, secret: created.value.keys.secret };
+  return { url: service!.url, grpcAddress: (service as unknown as { grpcAddress: string }).grpcAddress, secret: created.value.keys.secret, projectId: created.value.project.id };
 }
 
 /**
