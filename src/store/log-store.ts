@@ -485,6 +485,12 @@ export class LogStore {
     let d = this.dicts.get(id);
     if (d) return d;
     const bytes = this.meta.get(`${DICT_PREFIX}${id}`) as Buffer | undefined;
+    // another process (the service, while a tool reads) may have built it since this store was opened
+    if (!this.dictInfos.some((d) => d.id === id)) {
+      const known = new Set(this.dictInfos.map((d) => d.id));
+      const stored = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
+      this.dictInfos = [...this.dictInfos, ...stored.filter((d) => !known.has(d.id))].sort((a, b) => a.id - b.id);
+    }
     const info = this.dictInfos.find((d) => d.id === id);
     if (!Buffer.isBuffer(bytes) || !info) throw new LogDamage(seq, `the log dictionary ${id} its entry names is missing`);
     if (crc32(bytes) !== info.crc) throw new LogDamage(seq, `the log dictionary ${id} its entry names is damaged (checksum mismatch)`);
