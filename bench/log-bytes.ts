@@ -9,10 +9,11 @@ import { wireEvents } from './state/generate-events.ts';
 
 /**
  * Log bytes per event (issue 18's goal: ≤ 150): typical events from the bench generator, sent through the real
- * service single-event and in batches of 100, then the stored entry bytes summed (LMDB page overhead not counted).
+ * service single-event and in batches of 100, then the stored entry bytes and the log dictionaries' bytes summed, per
+ * event (LMDB page overhead not counted).
  * Run: `npx tsx bench/log-bytes.ts`.
  */
-async function measure(batch: number, total: number): Promise<{ perEvent: number; entries: number }> {
+async function measure(batch: number, total: number): Promise<{ perEvent: number; entries: number; dictionaryPerEvent: number }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-logbytes-'));
   const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
   const config = loadConfig({ PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1', ANALYTICS_DURABILITY: 'commit' });
@@ -27,9 +28,11 @@ async function measure(batch: number, total: number): Promise<{ perEvent: number
   const size = store.logSize();
   await store.close();
   rmSync(dataDir, { recursive: true, force: true });
-  return { perEvent: size.bytes / size.records, entries: size.entries };
+  return { perEvent: (size.bytes + size.dictionaryBytes) / size.records, entries: size.entries, dictionaryPerEvent: size.dictionaryBytes / size.records };
 }
 
 const single = await measure(1, 2000);
 const batched = await measure(100, 20_000);
-console.log(`log bytes per event: single-event batches ${single.perEvent.toFixed(1)}, batches of 100 ${batched.perEvent.toFixed(1)}`);
+console.log(
+  `log bytes per event (entries + dictionaries): single-event batches ${single.perEvent.toFixed(1)} (dictionaries ${single.dictionaryPerEvent.toFixed(1)}), batches of 100 ${batched.perEvent.toFixed(1)} (dictionaries ${batched.dictionaryPerEvent.toFixed(1)})`,
+);

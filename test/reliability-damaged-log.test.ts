@@ -6,6 +6,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { check } from '../src/engine/maintenance.ts';
+import { LogStore } from '../src/store/log-store.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 
@@ -66,9 +67,14 @@ test('flipped bytes in a copy of a real data dir: startup refuses naming the fir
     rmSync(path.join(damaged, 'snapshots'), { recursive: true, force: true });
     const file = path.join(damaged, 'analytics.lmdb');
     const bytes = readFileSync(file);
-    const at = bytes.indexOf('/dmg-20-50-end');
-    assert.ok(at > 0, 'the record is in the file');
-    bytes[at + 5] = bytes[at + 5]! ^ 0x01;
+    // batch 20's entry as stored (compressed: its strings are not in the file as such), found by its bytes
+    const reader = LogStore.open(damaged, 'commit', { readOnly: true });
+    const entry = reader.storedEntry(20 * PER_BATCH + 1)!;
+    await reader.close();
+    const at = bytes.indexOf(entry.subarray(0, 32));
+    assert.ok(at > 0, 'the entry is in the file');
+    const inRecords = at + entry.length - 40;
+    bytes[inRecords] = bytes[inRecords]! ^ 0x01;
     writeFileSync(file, bytes);
     const refused = await startProcess(damaged, svc.adminKey);
     refused.kill();

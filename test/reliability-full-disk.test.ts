@@ -17,7 +17,7 @@ import { startServiceProcess } from './service-process.ts';
  */
 
 const batch = (tag: string, n: number, pad = 0) =>
-  Array.from({ length: n }, (_, i) => pv(`/${tag}${i}`, { sessionId: `${tag}${i}`, eventParams: pad ? { pad: 'x'.repeat(pad) } : {} }));
+  Array.from({ length: n }, (_, i) => pv(`/${tag}${i}`, { sessionId: `${tag}${i}`, eventParams: pad ? { pad: randomBytes(pad / 2).toString('hex') } : {} })); // incompressible: the log compresses repeats
 
 test('an injected store fault: 503 unavailable with Retry-After, health 503, reads work, writes resume by themselves', async () => {
   const svc = await startTestService();

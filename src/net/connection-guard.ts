@@ -6,6 +6,8 @@ import type { Socket } from 'node:net';
  * preface). Node closes neither a connection that never sends a byte (http's headersTimeout only starts with a
  * request; grpc-js has no handshake deadline), so without this 20,000 silent sockets exhaust the fds and every
  * new client fails. The guard also knows every open socket, so shutdown can close what is left at its deadline.
+ * Admitted sockets get TCP_NODELAY, as node:http's own listener gives them (the faces listen through their own
+ * net.Server so the guard sees every connection first).
  */
 
 /** The defaults, shared by both ports. */
@@ -72,6 +74,10 @@ export class ConnectionGuard {
       return false;
     }
     this.admitted++;
+    // node:http's own listener turns Nagle's algorithm off for every connection it accepts; a connection handed over
+    // from our listener must get the same, or a response written in two pieces waits for the client's delayed ACK
+    // (up to 40 ms on Linux) before its second piece leaves
+    socket.setNoDelay(true);
     this.open.add(socket);
     this.perIp.set(ip, fromIp + 1);
     const timer = setTimeout(() => {

@@ -3,6 +3,7 @@ import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
+import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
 import { RememberedIds, type IdKey } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 
@@ -113,43 +114,171 @@ function containLmdbRejections(log: (line: string) => void): void {
 }
 
 /**
- * The log's on-disk format (2): one LMDB entry per appended batch, keyed by the batch's first sequence:
- *   [u8 kind: 2 = records, 3 = tombstone][u32 count][u32 crc32 of payload][payload: msgpack array of the records]
- * The count makes the sequence continuous (an entry must start where the previous one ended), the checksum catches
- * changed bytes. A tombstone keeps the count and drops the payload: erasing a deleted project's events replaces
- * each of its entries (one request = one project = one entry) with a tombstone of the same count, so continuity and
- * checksums still hold; readers see its sequences as ERASED markers.
- * One entry per batch shares msgpack's per-entry overhead and LMDB's per-key overhead across the batch.
+ * The log's on-disk format: one LMDB entry per appended batch, keyed by the batch's first sequence. The first byte
+ * is the entry's kind, which is also its format version, so entries of every format can follow each other in one log:
+ *   kind 4 (format 4, written now): [u8 4][u32 count][u32 crc32 of the rest][varint dictionary id][varint raw length]
+ *     [the msgpack array of the records, compressed by dict-lz against the log dictionary with that id (0: none)]
+ *     (varint: 7 bits a byte, low first, high bit set on all but the last)
+ *   kind 2 (format 2, read): [u8 2][u32 count][u32 crc32 of payload][payload: msgpack array of the records]
+ *   kind 3 (tombstone): [u8 3][u32 count][u32 crc32 of the empty payload]
+ * Format 2 entries were stored through the msgpack encoder (a msgpack bin around those bytes); format 4 entries and
+ * tombstones written now are stored as they are, read through a binary handle on the same database. Below the
+ * recorded 'logFormat2From' sequence, entries may be plain msgpack records of the first format (one record each, no
+ * checksum).
+ * The count makes the sequence continuous (an entry must start where the previous one ended), the checksum (over the
+ * bytes as stored, so damage is caught before anything is decompressed) catches changed bytes. A tombstone keeps the
+ * count and drops the records: erasing a deleted project's events replaces each of its entries (one request = one
+ * project = one entry) with a tombstone of the same count, so continuity and checksums still hold; readers see its
+ * sequences as ERASED markers.
  */
 const FORMAT2_FROM_KEY = 'logFormat2From';
 const KIND_RECORDS = 2;
 const KIND_TOMBSTONE = 3;
+const KIND_PACKED = 4;
 const HEADER_BYTES = 9;
+/** Longest varint header tail of a kind 4 entry: two varints of up to 5 bytes. */
+const MAX_VARINTS = 10;
+/** A decompressed entry larger than this is damage, not data (a batch is at most a few MB of records). */
+const MAX_RAW_ENTRY = 256 * 2 ** 20;
 
-function encodeEntry(payload: Buffer, count: number, kind = KIND_RECORDS): Buffer {
+/**
+ * Log dictionaries (meta `logDict:<id>`: the bytes; meta `logDicts`: id, the sequence it was built at and the projects
+ * whose records it holds). A dictionary is the tail of the newest entries' raw msgpack, up to 32 KiB: this log's own
+ * URLs, paths, field values and record layouts, which is what a single-event entry is made of. It is built from the
+ * log itself when the log reaches DICT_FIRST records, then at 10x that, and so on up to every DICT_EVERY records, so it
+ * follows the traffic; the first entry using it is written in the same transaction. Dictionaries are never changed
+ * (an entry names the one it was compressed with) and are small (32 KiB per 100,000 records: 0.3 B per event).
+ * Erasing a project rewrites the entries compressed with a dictionary that holds its records and drops that
+ * dictionary, so no file keeps the project's strings.
+ */
+const DICT_PREFIX = 'logDict:';
+const DICTS_KEY = 'logDicts';
+/** The last dictionary id given (ids are never reused, even after an erasure dropped one). */
+const DICT_LAST_ID = 'logDictLastId';
+/** The first dictionary once the log has this many records (a fresh log writes uncompressed-ish entries until then). */
+const DICT_FIRST = 100;
+/** Dictionaries are rebuilt at 10x the last one's sequence until they are this many records apart, then every this many. */
+const DICT_EVERY = 100_000;
+/** Decoded dictionaries kept in memory (48 KiB each with their index); replay walks them in order. */
+const DICT_CACHE = 16;
+
+interface DictInfo {
+  id: number;
+  /** the log's last sequence when it was built */
+  from: number;
+  /** projects whose records are in its bytes */
+  projects: string[];
+  /** crc32 of its bytes: a changed dictionary byte would decompress entries wrongly, so it is checked when loaded */
+  crc: number;
+}
+
+function tombstone(count: number): Buffer {
+  const out = Buffer.alloc(HEADER_BYTES);
+  out[0] = KIND_TOMBSTONE;
+  out.writeUInt32BE(count, 1);
+  out.writeUInt32BE(crc32(out.subarray(HEADER_BYTES)), 5);
+  return out;
+}
+
+/** A format 2 entry (kept for tests that write a log as the previous release did). */
+function encodeFormat2(payload: Buffer, count: number): Buffer {
   const out = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
-  out[0] = kind;
+  out[0] = KIND_RECORDS;
   out.writeUInt32BE(count, 1);
   out.writeUInt32BE(crc32(payload), 5);
   payload.copy(out, HEADER_BYTES);
   return out;
 }
 
-/** How many sequences an entry covers (a record of a log written before format 2 covers one). */
-function entryCount(value: unknown): number {
-  return Buffer.isBuffer(value) && value.length >= HEADER_BYTES ? value.readUInt32BE(1) : 1;
+function writeVarint(out: Buffer, o: number, v: number): number {
+  while (v >= 0x80) {
+    out[o++] = (v & 0x7f) | 0x80;
+    v >>>= 7;
+  }
+  out[o++] = v;
+  return o;
 }
 
-function decodeEntry(value: unknown, seq: number): { count: number; payload: Buffer; tombstone: boolean } {
-  if (!Buffer.isBuffer(value) || value.length < HEADER_BYTES) throw new LogDamage(seq, 'entry is not a log entry (no header)');
-  const kind = value[0];
-  if (kind !== KIND_RECORDS && kind !== KIND_TOMBSTONE) throw new LogDamage(seq, `entry has an unknown kind ${kind}`);
-  const count = value.readUInt32BE(1);
-  const payload = value.subarray(HEADER_BYTES);
-  if (count === 0) throw new LogDamage(seq, 'entry claims no records');
-  if (crc32(payload) !== value.readUInt32BE(5)) throw new LogDamage(seq, 'checksum mismatch');
-  return { count, payload, tombstone: kind === KIND_TOMBSTONE };
+function encodePacked(raw: Uint8Array, count: number, dictId: number, dict: Dictionary | undefined): Buffer {
+  const packed = compress(raw, dict);
+  const out = Buffer.allocUnsafe(HEADER_BYTES + MAX_VARINTS + packed.length);
+  out[0] = KIND_PACKED;
+  out.writeUInt32BE(count, 1);
+  let o = writeVarint(out, HEADER_BYTES, dictId);
+  o = writeVarint(out, o, raw.length);
+  o += packed.copy(out, o);
+  out.writeUInt32BE(crc32(out.subarray(HEADER_BYTES, o)), 5);
+  return out.subarray(0, o);
 }
+
+/**
+ * The entry bytes of a stored value read through the binary handle: as they are for entries stored raw (kinds 2–4),
+ * without msgpack's bin header for format 2 entries stored through the encoder, undefined for a first-format record.
+ */
+function unwrap(raw: Buffer): Buffer | undefined {
+  const k = raw[0];
+  if (k === KIND_RECORDS || k === KIND_TOMBSTONE || k === KIND_PACKED) return raw;
+  if (k === 0xc4 && raw.length >= 2) return raw.subarray(2, 2 + raw[1]!);
+  if (k === 0xc5 && raw.length >= 3) return raw.subarray(3, 3 + raw.readUInt16BE(1));
+  if (k === 0xc6 && raw.length >= 5) return raw.subarray(5, 5 + raw.readUInt32BE(1));
+  return undefined;
+}
+
+/** How many sequences a stored value covers (a record of a log written before format 2 covers one). */
+function entryCount(raw: Buffer): number {
+  const e = unwrap(raw);
+  return e && e.length >= HEADER_BYTES ? e.readUInt32BE(1) : 1;
+}
+
+interface CheckedEntry {
+  count: number;
+  kind: number;
+  /** the entry's bytes; its payload starts at `at` (kind 2: the msgpack array; kind 4: the compressed bytes) */
+  bytes: Buffer;
+  at: number;
+  dictId: number;
+  rawLength: number;
+}
+
+function checkEntry(e: Buffer | undefined, seq: number): CheckedEntry {
+  if (!e || e.length < HEADER_BYTES) throw new LogDamage(seq, 'entry is not a log entry (no header)');
+  const kind = e[0]!;
+  if (kind !== KIND_RECORDS && kind !== KIND_TOMBSTONE && kind !== KIND_PACKED) throw new LogDamage(seq, `entry has an unknown kind ${kind}`);
+  const count = e.readUInt32BE(1);
+  if (count === 0) throw new LogDamage(seq, 'entry claims no records');
+  // in JS for entries of a record or two (no buffer view per call), natively for larger ones
+  const sum = e.length < 512 ? crc32Of(e, HEADER_BYTES, e.length) : crc32(e.subarray(HEADER_BYTES));
+  if (sum !== e.readUInt32BE(5)) throw new LogDamage(seq, 'checksum mismatch');
+  if (kind !== KIND_PACKED) return { count, kind, bytes: e, at: HEADER_BYTES, dictId: 0, rawLength: e.length - HEADER_BYTES };
+  const dictId = readVarint(e, HEADER_BYTES, seq);
+  const rawLength = readVarint(e, varintEnd, seq);
+  if (rawLength > MAX_RAW_ENTRY) throw new LogDamage(seq, `entry claims ${rawLength} bytes of records`);
+  return { count, kind, bytes: e, at: varintEnd, dictId, rawLength };
+}
+
+/** Where the last readVarint ended (module state: a closure or a tuple per entry costs more than the read). */
+let varintEnd = 0;
+
+function readVarint(e: Buffer, at: number, seq: number): number {
+  let v = 0;
+  for (let shift = 0; shift < 35 && at < e.length; shift += 7) {
+    const b = e[at++]!;
+    v += (b & 0x7f) * 2 ** shift;
+    if (b < 0x80) {
+      varintEnd = at;
+      return v;
+    }
+  }
+  throw new LogDamage(seq, 'entry header does not end');
+}
+
+/**
+ * An append of more records than this (tools and benches write batches of thousands; the service's are at most 500)
+ * is stored as several entries of at most this many, in the same transaction. Decoding a 20,000-record entry at once
+ * made every record outlive V8's young generation: a full replay of such entries spent half its time in the
+ * garbage collector (decoded 650k -> 300k records/s); entries this size decode at the rate of single records.
+ */
+const ENTRY_RECORDS = 256;
 
 /** The log cannot be trusted from `seq` on. */
 export class LogDamage extends Error {
@@ -172,9 +301,12 @@ export class LogStore {
   fault: StoreFault | undefined;
 
   private root!: RootDatabase;
+  /** the log through the msgpack encoder: msgpackr's shared structures (key 0), first-format records */
   private log!: Database<Buffer | LogRecord, number>;
+  /** the same database read and written as bytes: entries as stored */
+  private raw!: Database<Buffer, number>;
   /** the log db's msgpack encoder (with its shared structures): a batch's records are one msgpack array */
-  private codec!: { encode(v: unknown): Buffer; decode(b: Buffer): unknown };
+  private codec!: { encode(v: unknown): Buffer; decode(b: Buffer, end?: number): unknown };
   private projects!: Database<ProjectRecord, string>;
   private keys!: Database<KeyRecord, string>;
   private meta!: Database<unknown, string>;
@@ -191,15 +323,30 @@ export class LogStore {
   private swapping = false;
   /** the keys, held in memory for the few milliseconds the environment is closed during a swap (auth keeps working) */
   private swapKeys: Map<string, KeyRecord> | undefined;
+  /** the key of the entry this store appended last (0: none yet, or no longer trusted) */
+  private lastEntry = 0;
+  /** the meta `logStart` marker, read once (only this store moves it) */
+  private start = 1;
+  /** log dictionaries known, oldest first, and the decoded ones (see DICT_FIRST) */
+  private dictInfos: DictInfo[] = [];
+  private readonly dicts = new Map<number, Dictionary>();
+  /** where entries are decompressed to be decoded at once (see rawPayload) */
+  private scratch = Buffer.allocUnsafeSlow(64 * 1024);
 
-  private constructor(dataDir: string, private readonly durability: Durability, private readonly readOnly: boolean) {
+  private constructor(
+    dataDir: string,
+    private readonly durability: Durability,
+    private readonly readOnly: boolean,
+    /** 4 (default): compressed entries; 2: as the previous release wrote them (tests of reading old logs) */
+    private readonly writeFormat: 2 | 4,
+  ) {
     if (!readOnly) mkdirSync(dataDir, { recursive: true });
     this.file = path.join(dataDir, 'analytics.lmdb');
     this.openEnv();
     this.nextSeq = this.lastKey() + 1;
     // Entries below this sequence were written before format 2 (one msgpack record each, no checksum) and are read
-    // as such; from here on every entry must be a checked format 2 entry. Recorded once, on the first open that
-    // may write (a read-only tool on an old log only reads it).
+    // as such; from here on every entry must be a checked entry. Recorded once, on the first open that may write
+    // (a read-only tool on an old log only reads it).
     const recorded = this.meta.get(FORMAT2_FROM_KEY) as number | undefined;
     this.format2From = recorded ?? this.nextSeq;
     if (recorded === undefined && !readOnly) this.meta.putSync(FORMAT2_FROM_KEY, this.format2From);
@@ -210,11 +357,15 @@ export class LogStore {
   private openEnv(): void {
     this.root = open({ path: this.file, mapSize: MAP_SIZE, maxDbs: 16, noSubdir: true, readOnly: this.readOnly });
     this.log = this.root.openDB<Buffer | LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
-    this.codec = (this.log as unknown as { encoder: { encode(v: unknown): Buffer; decode(b: Buffer): unknown } }).encoder;
+    this.raw = this.root.openDB<Buffer, number>({ name: 'log', encoding: 'binary' });
+    this.codec = (this.log as unknown as { encoder: { encode(v: unknown): Buffer; decode(b: Buffer, end?: number): unknown } }).encoder;
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
+    this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
+    this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
+    this.dicts.clear();
     this.rememberedIds?.reopen(this.eventIds);
     this.sealedStore?.reopen(this.root);
   }
@@ -222,10 +373,11 @@ export class LogStore {
   /**
    * `readOnly` opens an existing data directory for tools (export, check, backup) while the service may be running.
    * `log` receives storage write failures lmdb-js reports on its own (see containLmdbRejections).
+   * `writeFormat: 2` writes entries as the previous release did (for tests that a log of that release is read).
    */
-  static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void } = {}): LogStore {
+  static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
     containLmdbRejections(opts.log ?? (() => {}));
-    return new LogStore(dataDir, durability, opts.readOnly === true);
+    return new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
   }
 
   /** Sequence number of the newest record in the log (0 when empty). */
@@ -249,24 +401,159 @@ export class LogStore {
       await this.log.transaction(() => {
         const fault = this.fault?.('append');
         if (fault) throw fault;
-        first = this.lastKey() + 1;
-        this.log.putSync(first, encodeEntry(this.codec.encode(records), records.length));
+        first = this.nextInTransaction();
+        if (this.writeFormat === 2) this.log.putSync(first, encodeFormat2(this.codec.encode(records), records.length));
+        else {
+          const dict = this.dictionaryFor(first - 1);
+          for (let i = 0; i < records.length; i += ENTRY_RECORDS) {
+            const part = records.length <= ENTRY_RECORDS ? records : records.slice(i, i + ENTRY_RECORDS);
+            this.raw.putSync(first + i, encodePacked(this.codec.encode(part), part.length, dict?.id ?? 0, dict?.dict));
+            this.lastEntry = first + i;
+          }
+        }
+        if (this.writeFormat === 2) this.lastEntry = first;
         extra?.(first);
         this.nextSeq = first + records.length;
       });
     } catch (err) {
       this.nextSeq = this.lastKey() + 1; // what is committed, whatever the failed transaction counted
+      this.lastEntry = 0;
+      this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? []; // a dictionary built in it is not
       throw commitFailure(err);
     }
     if (this.durability === 'flush') await this.root.flushed;
     return first;
   }
 
+  /**
+   * The dictionary new entries are compressed with, inside a write transaction: the newest one, or a new one built
+   * from the log's tail (and stored in this transaction, with the entry that first uses it) when the log has grown
+   * enough since the newest was built.
+   */
+  private dictionaryFor(last: number, exclude?: string): { id: number; dict: Dictionary } | undefined {
+    const newest = this.dictInfos[this.dictInfos.length - 1];
+    const due = newest === undefined ? DICT_FIRST : newest.from < DICT_EVERY ? newest.from * 10 : newest.from + DICT_EVERY;
+    if (last >= due || exclude !== undefined) {
+      const built = this.buildDictionary(exclude);
+      if (built) {
+        const id = ((this.meta.get(DICT_LAST_ID) as number | undefined) ?? 0) + 1;
+        const info: DictInfo = { id, from: last, projects: built.projects, crc: crc32(built.bytes) };
+        this.meta.putSync(DICT_LAST_ID, info.id);
+        this.meta.putSync(`${DICT_PREFIX}${info.id}`, built.bytes);
+        this.dictInfos = [...this.dictInfos, info];
+        this.meta.putSync(DICTS_KEY, this.dictInfos);
+        this.dicts.set(info.id, new Dictionary(built.bytes));
+      }
+    }
+    const use = this.dictInfos[this.dictInfos.length - 1];
+    return use ? { id: use.id, dict: this.dictionary(use.id, use.id) } : undefined;
+  }
+
+  /**
+   * The raw msgpack of the newest entries (tombstones and first-format records skipped, and entries holding
+   * `exclude`'s records), newest last, cut to MAX_DICTIONARY bytes from the end; with the projects it holds.
+   */
+  private buildDictionary(exclude?: string): { bytes: Buffer; projects: string[] } | undefined {
+    const parts: Buffer[] = [];
+    const projects = new Set<string>();
+    let size = 0;
+    for (const { key, value } of this.raw.getRange({ reverse: true })) {
+      if (key === STRUCTURES_KEY || key < this.start || size >= MAX_DICTIONARY) break;
+      const e = unwrap(value);
+      if (!e || e[0] === KIND_TOMBSTONE) continue;
+      let raw: Buffer;
+      let records: LogRecord[];
+      try {
+        const p = this.rawPayload(checkEntry(e, key), key);
+        raw = p.bytes.subarray(p.start, p.end);
+        records = this.codec.decode(raw) as LogRecord[];
+      } catch {
+        continue; // damage is reported by the verifying reader, not here
+      }
+      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) continue;
+      for (const r of records) if (r.t !== 'x') projects.add(r.p);
+      parts.unshift(raw.length > MAX_DICTIONARY ? raw.subarray(raw.length - MAX_DICTIONARY) : raw);
+      size += raw.length;
+    }
+    if (size === 0) return undefined;
+    const all = Buffer.concat(parts);
+    return { bytes: Buffer.from(all.subarray(Math.max(0, all.length - MAX_DICTIONARY))), projects: [...projects].sort() };
+  }
+
+  /** A log dictionary by id, decoded once (bounded cache). */
+  private dictionary(id: number, seq: number): Dictionary {
+    let d = this.dicts.get(id);
+    if (d) return d;
+    const bytes = this.meta.get(`${DICT_PREFIX}${id}`) as Buffer | undefined;
+    // another process (the service, while a tool reads) may have built it since this store was opened
+    if (!this.dictInfos.some((d) => d.id === id)) {
+      const known = new Set(this.dictInfos.map((d) => d.id));
+      const stored = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
+      this.dictInfos = [...this.dictInfos, ...stored.filter((d) => !known.has(d.id))].sort((a, b) => a.id - b.id);
+    }
+    const info = this.dictInfos.find((d) => d.id === id);
+    if (!Buffer.isBuffer(bytes) || !info) throw new LogDamage(seq, `the log dictionary ${id} its entry names is missing`);
+    if (crc32(bytes) !== info.crc) throw new LogDamage(seq, `the log dictionary ${id} its entry names is damaged (checksum mismatch)`);
+    d = new Dictionary(bytes);
+    if (this.dicts.size >= DICT_CACHE) this.dicts.delete(this.dicts.keys().next().value!);
+    this.dicts.set(id, d);
+    return d;
+  }
+
+  /**
+   * The msgpack bytes of a checked entry's records (decompressed for kind 4). `scratch`: into a buffer reused by the
+   * next call (for bytes decoded at once: msgpackr copies strings out of its input).
+   */
+  private rawPayload(entry: CheckedEntry, seq: number, scratch = false): { bytes: Buffer; start: number; end: number } {
+    if (entry.kind !== KIND_PACKED) return { bytes: entry.bytes, start: entry.at, end: entry.bytes.length };
+    const dict = entry.dictId === 0 ? undefined : this.dictionary(entry.dictId, seq);
+    try {
+      if (!scratch) return { bytes: decompress(entry.bytes, entry.rawLength, dict, undefined, entry.at), start: 0, end: entry.rawLength };
+      if (this.scratch.length < entry.rawLength) this.scratch = Buffer.allocUnsafeSlow(Math.max(entry.rawLength, this.scratch.length * 2));
+      return { bytes: decompress(entry.bytes, entry.rawLength, dict, this.scratch, entry.at), start: 0, end: entry.rawLength };
+    } catch (err) {
+      throw new LogDamage(seq, `entry does not decompress: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /**
+   * The records of the stored value at `key`, verified: undefined for a tombstone. A first-format record (below
+   * format2From) is returned as the one record it is.
+   */
+  private entryRecords(key: number, value: Buffer): { count: number; records: LogRecord[] | undefined; entry: CheckedEntry | undefined } {
+    const e = unwrap(value);
+    if (e === undefined && key < this.format2From) {
+      // a record of a log written before format 2: readable, not checkable
+      return { count: 1, records: [this.codec.decode(value) as LogRecord], entry: undefined };
+    }
+    const entry = checkEntry(e, key);
+    if (entry.kind === KIND_TOMBSTONE) return { count: entry.count, records: undefined, entry };
+    const raw = this.rawPayload(entry, key, true);
+    let records: LogRecord[];
+    try {
+      records = (raw.start === 0 ? this.codec.decode(raw.bytes, raw.end) : this.codec.decode(raw.bytes.subarray(raw.start, raw.end))) as LogRecord[];
+    } catch (err) {
+      throw new LogDamage(key, `entry does not decode: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (!Array.isArray(records) || records.length !== entry.count) throw new LogDamage(key, 'entry holds a different number of records than its header says');
+    return { count: entry.count, records, entry };
+  }
+
+  /**
+   * The next sequence, inside a write transaction: what this store counted, if the entry it last wrote is there
+   * (one point read), else what the log says (a range read: after a failed commit, or the first append). A
+   * transaction that failed rolled its entry back, so its count is never trusted.
+   */
+  private nextInTransaction(): number {
+    if (this.lastEntry > 0 && this.raw.doesExist(this.lastEntry)) return this.nextSeq;
+    return this.lastKey() + 1;
+  }
+
   /** The last sequence in the log (0 when empty): the last entry's first sequence plus its count, less one. */
   private lastKey(): number {
     // a log that retention emptied still continues after its start
-    const floor = this.logStart() - 1;
-    for (const { key, value } of this.log.getRange({ reverse: true, limit: 1 })) {
+    const floor = this.start - 1;
+    for (const { key, value } of this.raw.getRange({ reverse: true, limit: 1 })) {
       if (key === STRUCTURES_KEY) return floor;
       return Math.max(floor, key + entryCount(value) - 1);
     }
@@ -284,53 +571,48 @@ export class LogStore {
     const logStart = this.logStart();
     const from = Math.max(afterSeq + 1, logStart);
     let start = from;
-    for (const key of this.log.getKeys({ start: from, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY && key >= logStart) start = key;
+    for (const key of this.raw.getKeys({ start: from, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY && key >= logStart) start = key;
     let expected = start;
-    for (const { key, value } of this.log.getRange({ start })) {
+    for (const { key, value } of this.raw.getRange({ start })) {
       if (key === STRUCTURES_KEY) continue;
       if (key !== expected) {
         throw new LogDamage(Math.min(key, expected), `the log jumps from sequence ${expected - 1} to ${key}: ${key > expected ? key - expected : 'overlapping'} records missing`);
       }
-      if (key < this.format2From && !Buffer.isBuffer(value)) {
-        // a record of a log written before format 2: readable, not checkable
-        expected = key + 1;
-        if (key > afterSeq) yield { seq: key, record: value };
-        continue;
-      }
-      const entry = decodeEntry(value, key);
-      expected = key + entry.count;
-      if (entry.tombstone) {
+      const { count, records, entry } = this.entryRecords(key, value);
+      expected = key + count;
+      if (entry) this.verified += count;
+      if (records === undefined) {
         // an erased batch: its sequences stay (as ERASED markers, so a fold moves past them), its records are gone
-        this.verified += entry.count;
-        for (let i = 0; i < entry.count; i++) if (key + i > afterSeq) yield { seq: key + i, record: ERASED };
+        for (let i = 0; i < count; i++) if (key + i > afterSeq) yield { seq: key + i, record: ERASED };
         continue;
       }
-      let records: LogRecord[];
-      try {
-        records = this.codec.decode(entry.payload) as LogRecord[];
-      } catch (err) {
-        throw new LogDamage(key, `entry does not decode: ${err instanceof Error ? err.message : String(err)}`);
-      }
-      if (!Array.isArray(records) || records.length !== entry.count) throw new LogDamage(key, 'entry holds a different number of records than its header says');
-      this.verified += entry.count;
       for (let i = 0; i < records.length; i++) if (key + i > afterSeq) yield { seq: key + i, record: records[i]! };
     }
   }
 
-  /** Entries, records and stored value bytes of the log (bench: bytes per event). */
-  logSize(): { entries: number; records: number; bytes: number } {
+  /**
+   * Entries, records and stored value bytes of the log, and the bytes of the log dictionaries (bench: bytes per
+   * event).
+   */
+  logSize(): { entries: number; records: number; bytes: number; dictionaryBytes: number } {
     let entries = 0;
     let records = 0;
     let bytes = 0;
-    for (const { key, value } of this.log.getRange({ start: 1 })) {
-      entries++;
-      if (Buffer.isBuffer(value) && value.length >= HEADER_BYTES) {
-        records += value.readUInt32BE(1);
-        bytes += value.length;
-      }
+    for (const { key, value } of this.raw.getRange({ start: 1 })) {
       void key;
+      entries++;
+      records += entryCount(value);
+      bytes += value.length;
     }
-    return { entries, records, bytes };
+    let dictionaryBytes = 0;
+    for (const d of this.dictInfos) dictionaryBytes += (this.meta.get(`${DICT_PREFIX}${d.id}`) as Buffer | undefined)?.length ?? 0;
+    return { entries, records, bytes, dictionaryBytes };
+  }
+
+  /** The bytes stored for the entry that holds `seq` (tests that damage one on purpose find it in the file). */
+  storedEntry(seq: number): Buffer | undefined {
+    for (const { key, value } of this.raw.getRange({ start: seq, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY) return Buffer.from(value);
+    return undefined;
   }
 
   /** Records verified by readAfter since the store was opened (health reports the last verification). */
@@ -338,13 +620,13 @@ export class LogStore {
 
   /** Where the log starts: 1, or the first sequence kept after a deliberate retention cut (meta `logStart`). */
   logStart(): number {
-    return (this.meta.get(LOG_START) as number | undefined) ?? 1;
+    return this.start;
   }
 
   /**
-   * Retention: removes the entries wholly below `seq` (a format 2 entry holds a batch and goes whole, so the log
-   * then starts at the first entry reaching `seq` or beyond), in slices. The `logStart` marker is written first, so a
-   * crash midway leaves a log that says where it starts (entries left below it are skipped and removed next time).
+   * Retention: removes the entries wholly below `seq` (an entry holds a batch and goes whole, so the log then starts
+   * at the first entry reaching `seq` or beyond), in slices. The `logStart` marker is written first, so a crash
+   * midway leaves a log that says where it starts (entries left below it are skipped and removed next time).
    * Key 0 (msgpackr's shared structures) stays. Returns how many records were removed.
    */
   async deleteBelow(seq: number): Promise<number> {
@@ -352,7 +634,7 @@ export class LogStore {
     const start = this.logStart();
     if (seq <= start) return 0;
     let cut = start;
-    for (const { key, value } of this.log.getRange({ start })) {
+    for (const { key, value } of this.raw.getRange({ start })) {
       if (key === STRUCTURES_KEY) continue;
       const end = key + entryCount(value);
       if (end > seq) break;
@@ -360,12 +642,13 @@ export class LogStore {
     }
     if (cut <= start) return 0;
     await this.meta.put(LOG_START, cut);
+    this.start = cut;
     await this.root.flushed;
     for (;;) {
-      const keys = [...this.log.getKeys({ start: STRUCTURES_KEY + 1, end: cut, limit: DELETE_SLICE })];
+      const keys = [...this.raw.getKeys({ start: STRUCTURES_KEY + 1, end: cut, limit: DELETE_SLICE })];
       if (keys.length === 0) break;
       await this.log.transaction(() => {
-        for (const key of keys) this.log.removeSync(key);
+        for (const key of keys) this.raw.removeSync(key);
       });
     }
     await this.root.flushed;
@@ -387,27 +670,27 @@ export class LogStore {
     await this.root.transaction(() => {
       // the newest receive time the kept log holds (the entry just before the cut; the log is in receive order)
       let keptRt = -Infinity;
-      for (const { key, value } of this.log.getRange({ start: seq - 1, reverse: true, limit: 1 })) {
+      for (const { key, value } of this.raw.getRange({ start: seq - 1, reverse: true, limit: 1 })) {
         if (key === STRUCTURES_KEY) break;
-        const recs = Buffer.isBuffer(value) ? (this.codec.decode(decodeEntry(value, key).payload) as LogRecord[]) : [value];
+        const recs = this.entryRecords(key, value).records ?? [];
         for (const r of recs) if ('rt' in r && typeof r.rt === 'number') keptRt = Math.max(keptRt, r.rt);
       }
       const forget = new Set<string>();
       const ids: IdKey[] = [];
-      for (const { key, value } of this.log.getRange({ start: Math.max(seq, STRUCTURES_KEY + 1) })) {
+      for (const { key, value } of this.raw.getRange({ start: Math.max(seq, STRUCTURES_KEY + 1) })) {
         let recs: LogRecord[] = [];
         try {
-          recs = Buffer.isBuffer(value) ? (this.codec.decode(decodeEntry(value, key).payload) as LogRecord[]) : [value];
+          recs = this.entryRecords(key, value).records ?? [];
         } catch {
           // the damaged entry: its ids are caught by the receive-time sweep below
         }
-        for (const r of Array.isArray(recs) ? recs : []) {
+        for (const r of recs) {
           if (r.t === 'e' && r.eventId !== undefined && !forget.has(`${r.p}\u0000${r.eventId}`)) {
             forget.add(`${r.p}\u0000${r.eventId}`);
             ids.push([r.p, r.eventId]);
           }
         }
-        this.log.removeSync(key);
+        this.raw.removeSync(key);
       }
       for (const { key, value } of this.eventIds.getRange()) {
         if (value > keptRt && !forget.has(`${key[0]}\u0000${key[1]}`)) ids.push(key);
@@ -416,6 +699,7 @@ export class LogStore {
     });
     await this.root.flushed;
     this.nextSeq = this.lastKey() + 1;
+    this.lastEntry = 0;
     return { from: this.nextSeq, to: before, forgottenIds };
   }
 
@@ -482,10 +766,12 @@ export class LogStore {
   }
 
   /**
-   * Erases a project's records from the log. A format 2 entry holding only the project's records (every entry the
-   * service writes: one request is one project) becomes a tombstone of the same count; an entry that mixes projects
-   * (only tools write those) keeps its other records and gets ERASED markers in place of the project's; a record of
-   * a log written before format 2 becomes a tombstone of one. Sequences, continuity and checksums stay valid.
+   * Erases a project's records from the log. An entry holding only the project's records (every entry the service
+   * writes: one request is one project) becomes a tombstone of the same count; an entry that mixes projects (only
+   * tools write those) keeps its other records and gets ERASED markers in place of the project's; a record of a log
+   * written before format 2 becomes a tombstone of one. Sequences, continuity and checksums stay valid. Log
+   * dictionaries that hold the project's records are dropped, and the entries compressed with them are compressed
+   * again with a new dictionary built without the project's records.
    * LMDB is copy-on-write: the old pages stay in the file, on its free list, until they are reused, so the
    * environment is then compacted into a fresh file (only live pages are copied) that replaces the old one.
    * Returns how many records were erased.
@@ -493,44 +779,58 @@ export class LogStore {
   async eraseProjectEvents(projectId: string, onProgress?: (done: number) => void): Promise<number> {
     if (this.gate) await this.gate;
     const ofProject = (r: LogRecord) => r.t !== 'x' && r.p === projectId;
-    // 1. which entries hold the project's records (verified as read: erasure never rewrites a damaged entry)
+    const tainted = new Set(this.dictInfos.filter((d) => d.projects.includes(projectId)).map((d) => d.id));
+    // 0. a dictionary without the project first, so appends from now on and the rewrites below use it
+    if (tainted.size > 0) await this.log.transaction(() => void this.dictionaryFor(this.lastKey(), projectId));
+    const clean = (): { id: number; dict: Dictionary | undefined } => {
+      const d = [...this.dictInfos].reverse().find((x) => !tainted.has(x.id));
+      return d ? { id: d.id, dict: this.dictionary(d.id, 0) } : { id: 0, dict: undefined };
+    };
+    // 1. which entries hold the project's records or use a dictionary that does (verified as read: erasure never
+    // rewrites a damaged entry)
     const keys: number[] = [];
-    for (const { key, value } of this.log.getRange({ start: STRUCTURES_KEY + 1 })) {
-      if (!Buffer.isBuffer(value)) {
-        if (key < this.format2From && ofProject(value)) keys.push(key);
-        continue;
-      }
-      const entry = decodeEntry(value, key);
-      if (entry.tombstone) continue;
-      if ((this.codec.decode(entry.payload) as LogRecord[]).some(ofProject)) keys.push(key);
+    let scanned = 0;
+    for (const { key, value } of this.raw.getRange({ start: STRUCTURES_KEY + 1 })) {
+      scanned = key;
+      const { records, entry } = this.entryRecords(key, value);
+      if (records === undefined) continue;
+      if (records.some(ofProject) || (entry !== undefined && tainted.has(entry.dictId))) keys.push(key);
     }
     // 2. rewrite them, ERASE_BATCH entries per transaction, each re-read inside its transaction
     let erased = 0;
+    const rewrite = (key: number): void => {
+      const value = this.raw.get(key);
+      if (value === undefined) return;
+      const { count, records, entry } = this.entryRecords(key, value);
+      if (records === undefined) return;
+      const mine = records.filter(ofProject).length;
+      if (mine === 0 && !(entry !== undefined && tainted.has(entry.dictId))) return;
+      erased += mine;
+      if (mine === records.length) {
+        this.raw.putSync(key, tombstone(count));
+        return;
+      }
+      const { id, dict } = clean();
+      this.raw.putSync(key, encodePacked(this.codec.encode(records.map((r) => (ofProject(r) ? ERASED : r))), count, id, dict));
+    };
     for (let i = 0; i < keys.length; i += ERASE_BATCH) {
       const part = keys.slice(i, i + ERASE_BATCH);
       await this.log.transaction(() => {
-        for (const key of part) {
-          const value = this.log.get(key);
-          if (value === undefined) continue;
-          if (!Buffer.isBuffer(value)) {
-            this.log.putSync(key, encodeEntry(Buffer.alloc(0), 1, KIND_TOMBSTONE));
-            erased++;
-            continue;
-          }
-          const entry = decodeEntry(value, key);
-          if (entry.tombstone) continue;
-          const records = this.codec.decode(entry.payload) as LogRecord[];
-          const mine = records.filter(ofProject).length;
-          if (mine === 0) continue;
-          erased += mine;
-          const replacement =
-            mine === records.length
-              ? encodeEntry(Buffer.alloc(0), entry.count, KIND_TOMBSTONE)
-              : encodeEntry(this.codec.encode(records.map((r) => (ofProject(r) ? ERASED : r))), entry.count);
-          this.log.putSync(key, replacement);
-        }
+        for (const key of part) rewrite(key);
       });
       onProgress?.(i + part.length);
+    }
+    // 3. in one transaction (no append between): entries appended since the scan, then the dictionaries go
+    if (tainted.size > 0) {
+      await this.log.transaction(() => {
+        for (const key of this.raw.getKeys({ start: scanned + 1 })) rewrite(key);
+        for (const id of tainted) {
+          this.meta.removeSync(`${DICT_PREFIX}${id}`);
+          this.dicts.delete(id);
+        }
+        this.dictInfos = this.dictInfos.filter((d) => !tainted.has(d.id));
+        this.meta.putSync(DICTS_KEY, this.dictInfos);
+      });
     }
     // Its remembered eventIds (keys hold the project id and its event ids), sealed days and month rollups.
     const ids: IdKey[] = [];
