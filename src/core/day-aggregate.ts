@@ -70,7 +70,7 @@ export class DayAggregate implements RangePart {
   readonly revenueTotals = new CappedCounter(MAX_REVENUE_CURRENCIES);
   readonly revenuePurchases = new CappedCounter(MAX_REVENUE_CURRENCIES);
   /** tracked property key -> event counts by value (MAX_PROP_VALUES each); at most MAX_PROP_KEYS_PER_DAY keys */
-  readonly props = new Map<string, CappedCounter>();
+  props: Map<string, CappedCounter> | undefined;
 
   constructor(readonly day: string) {}
 
@@ -152,12 +152,13 @@ export class DayAggregate implements RangePart {
   }
 
   private applyProps(props: Record<string, string>): void {
+    const byKey = (this.props ??= new Map());
     for (const key of Object.keys(props)) {
-      let c = this.props.get(key);
+      let c = byKey.get(key);
       if (c === undefined) {
-        if (this.props.size >= MAX_PROP_KEYS_PER_DAY) continue;
+        if (byKey.size >= MAX_PROP_KEYS_PER_DAY) continue;
         c = new CappedCounter(MAX_PROP_VALUES);
-        this.props.set(key, c);
+        byKey.set(key, c);
       }
       c.add(props[key]!);
     }
@@ -170,7 +171,7 @@ export class DayAggregate implements RangePart {
     if (typeof value !== 'number' || !Number.isFinite(value) || typeof currency !== 'string' || !CURRENCY.test(currency)) return;
     const code = currency.toUpperCase();
     // Past the cap a new currency is dropped (revenue has no "(other)": sums of different currencies mean nothing).
-    if (!this.revenuePurchases.counts.has(code) && this.revenuePurchases.counts.size >= MAX_REVENUE_CURRENCIES) return;
+    if (!this.revenuePurchases.has(code) && this.revenuePurchases.size >= MAX_REVENUE_CURRENCIES) return;
     this.revenueTotals.add(code, value);
     this.revenuePurchases.add(code);
   }
@@ -179,7 +180,7 @@ export class DayAggregate implements RangePart {
   namedInsights(): Array<[string, CappedCounter]> {
     const out: Array<[string, CappedCounter]> = INSIGHT_BREAKDOWNS.map((name) => [name, this.insights[name]]);
     out.push([REVENUE_TOTAL, this.revenueTotals], [REVENUE_PURCHASES, this.revenuePurchases]);
-    for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
+    if (this.props) for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
     return out;
   }
 
@@ -187,8 +188,9 @@ export class DayAggregate implements RangePart {
   namedInsight(name: string): CappedCounter | undefined {
     if (name.startsWith(PROPS_PREFIX)) {
       const key = name.slice(PROPS_PREFIX.length);
-      let c = this.props.get(key);
-      if (c === undefined) this.props.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
+      const byKey = (this.props ??= new Map());
+      let c = byKey.get(key);
+      if (c === undefined) byKey.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
       return c;
     }
     if (name === REVENUE_TOTAL) return this.revenueTotals;
@@ -220,7 +222,7 @@ export class DayAggregate implements RangePart {
 
   sumBreakdown(name: string, into: Map<string, number>): void {
     // a prop key this day never saw adds nothing (and creates nothing)
-    if (name.startsWith(PROPS_PREFIX)) this.props.get(name.slice(PROPS_PREFIX.length))?.sumInto(into);
+    if (name.startsWith(PROPS_PREFIX)) this.props?.get(name.slice(PROPS_PREFIX.length))?.sumInto(into);
     else this.breakdown(name)?.sumInto(into);
   }
 

@@ -2,7 +2,7 @@ import { DayAggregate } from './day-aggregate.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
-import type { RecentRing } from './recent-ring.ts';
+import type { PackedRing, RecentRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
 /**
@@ -13,8 +13,12 @@ import { AnalyticsState } from './state.ts';
  * the insight breakdowns, revenue and tracked props) is one entry of `breakdowns`; a project carries its realtime
  * minutes (small and bounded, so they are written whole each time).
  */
-/** 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. */
-export const SNAPSHOT_VERSION = 3;
+/**
+ * 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. 4: rings as
+ * columns and a string table (PackedRing), small live days in their compact form. Version 3 files still load.
+ */
+export const SNAPSHOT_VERSION = 4;
+const LOADABLE_VERSIONS: readonly number[] = [3, 4];
 
 type Pairs = [string, number][];
 
@@ -36,8 +40,11 @@ export interface ProjectSnapshot {
   id: string;
   /** each live day, or as the caller's encoder gave it (the store decodes encoded days before restoring) */
   days: Array<DaySnapshot | Encoded>;
-  /** the ring, oldest first, 9 values per entry (RecentRing.packed), or as the caller's encoder gave it */
-  recent: Array<string | number> | Uint8Array | Encoded;
+  /**
+   * the ring (RecentRing.packed), or as the caller's encoder gave it; in version 3 files a flat array, oldest first,
+   * 9 values per entry
+   */
+  recent: PackedRing | Array<string | number> | Uint8Array | Encoded;
   monthly: Pairs;
   realtime: RealtimeSnapshot;
 }
@@ -59,7 +66,7 @@ export interface Encoded {
 }
 
 /** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */
-export type RingEncoder = (projectId: string, ring: RecentRing) => Array<string | number> | Encoded;
+export type RingEncoder = (projectId: string, ring: RecentRing) => PackedRing | Encoded;
 
 /** How a snapshot holds a live day: as data by default; the engine passes an encoder that caches unchanged days. */
 export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Encoded;
@@ -67,7 +74,7 @@ export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot |
 /** One live day as plain data (its hash tables copied as they are in memory). */
 export function daySnapshot(d: DayAggregate): DaySnapshot {
   const breakdowns: Record<string, Pairs> = {};
-  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   return {
     day: d.day,
     firstSeq: d.firstSeq,
@@ -104,7 +111,7 @@ export function toSnapshot(
 
 /** The state a snapshot describes; days due for sealing are handed over again on the next record (or collectSealable). */
 export function fromSnapshot(data: SnapshotData): AnalyticsState {
-  if (data.version !== SNAPSHOT_VERSION) throw new Error(`unsupported snapshot version ${data.version}`);
+  if (!LOADABLE_VERSIONS.includes(data.version)) throw new Error(`unsupported snapshot version ${data.version}`);
   const state = new AnalyticsState();
   state.lastSeq = data.lastSeq;
   state.maxRt = data.maxRt;
@@ -127,14 +134,17 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
       for (const [name, pairs] of Object.entries(ds.breakdowns)) {
         const c = d.breakdown(name);
-        if (c) for (const [k, v] of pairs) c.counts.set(k, v);
+        if (c) for (const [k, v] of pairs) c.set(k, v);
       }
       p.days.set(ds.day, d);
     }
-    if (!Array.isArray(ps.recent)) throw new Error('a ring still encoded: the store decodes rings before restoring');
-    p.recent.pushPacked(ps.recent);
+    const recent = ps.recent;
+    if (Array.isArray(recent)) p.recent.pushFlat(recent);
+    else if (recent instanceof Uint8Array || 'key' in recent) throw new Error('a ring still encoded: the store decodes rings before restoring');
+    else p.recent.restorePacked(recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
     p.realtime.restore(ps.realtime);
+    state.realtimeHeld.add(p);
   }
   return state;
 }

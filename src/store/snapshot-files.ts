@@ -3,6 +3,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'n
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
+import type { PackedRing } from '../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC } from './snapshot-format.ts';
 
@@ -55,7 +56,10 @@ export class SnapshotFiles {
       if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) transfer.push(b.buffer as ArrayBuffer);
     };
     for (const p of data.projects) {
-      if ('key' in p.recent && p.recent.bytes) own(p.recent.bytes);
+      const r = p.recent;
+      if ('key' in r) {
+        if (r.bytes) own(r.bytes);
+      } else if ('ts' in r) transfer.push(r.ts.buffer as ArrayBuffer, r.ids.buffer as ArrayBuffer);
       for (const d of p.days) {
         if ('key' in d) {
           if (d.bytes) own(d.bytes);
@@ -214,8 +218,8 @@ function readSnapshot(file: string): SnapshotData {
       const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
       const days: DaySnapshot[] = [];
       for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
-      // A ring the snapshotter sent as bytes (see Snapshotter.encodeRing) is a serialized packed array.
-      const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as Array<string | number>) : p.recent;
+      // A ring the snapshotter sent as bytes (see Snapshotter.encode) is a serialized packed ring (version 3: a flat array).
+      const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as PackedRing | Array<string | number>) : p.recent;
       projects.push({ ...p, recent, days });
     }
     return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
