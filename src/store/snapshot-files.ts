@@ -5,7 +5,7 @@ import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import type { PackedRing } from '../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
-import { DIGEST_BYTES, MAGIC } from './snapshot-format.ts';
+import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
 /**
  * Snapshots of the live state as files `snapshot-<seq>.bin` (layout: snapshot-format.ts), written by a worker thread
@@ -135,7 +135,8 @@ export class SnapshotFiles {
 
   /**
    * The newest snapshot covering at most `maxSeq` (a snapshot ahead of the log cannot be trusted: the log is the
-   * truth) that passes its checksum, or undefined. Skipped files are reported through `onSkip`.
+   * truth) that passes its checksum, or undefined. Skipped files are reported through `onSkip`. Its projects' rings
+   * and days are read from the file when first asked for (restore right away: the file must still be there).
    */
   loadNewest(maxSeq: number, onSkip: (file: string, why: string) => void): SnapshotData | undefined {
     for (const file of this.files().reverse()) {
@@ -145,7 +146,8 @@ export class SnapshotFiles {
         continue;
       }
       try {
-        return readSnapshot(full);
+        // Lazily: startup decodes one project at a time (the file is checked whole first).
+        return readSnapshot(full, true);
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
@@ -183,47 +185,158 @@ export class SnapshotFiles {
   }
 }
 
-/** A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. */
-function readSnapshot(file: string): SnapshotData {
+/** Bytes read from the file at a time while checking it (frames are mostly ~1 KB). */
+const READ_CHUNK = 4 << 20;
+
+/** Reads a file's frames in order through a buffer of READ_CHUNK bytes, knowing where each one starts. */
+class FrameReader {
+  private buf = Buffer.allocUnsafe(READ_CHUNK);
+  private start = 0;
+  private end = 0;
+  /** file offset of buf[0] */
+  private base = 0;
+
+  constructor(private readonly fd: number) {}
+
+  /** The file offset of the next byte read. */
+  get position(): number {
+    return this.base + this.start;
+  }
+
+  /** The next `n` bytes (a view valid until the next call). */
+  read(n: number): Buffer {
+    if (this.end - this.start < n) this.fill(n);
+    const out = this.buf.subarray(this.start, this.start + n);
+    this.start += n;
+    return out;
+  }
+
+  private fill(n: number): void {
+    const kept = this.end - this.start;
+    const size = Math.max(READ_CHUNK, n);
+    const next = size > this.buf.length ? Buffer.allocUnsafe(size) : this.buf;
+    this.buf.copy(next, 0, this.start, this.end);
+    this.buf = next;
+    this.base += this.start;
+    this.start = 0;
+    this.end = kept;
+    while (this.end < n) {
+      const r = readSync(this.fd, this.buf, this.end, this.buf.length - this.end, this.base + this.end);
+      if (r === 0) throw new Error('truncated');
+      this.end += r;
+    }
+  }
+}
+
+/** Reads `length` bytes at `offset` of `file` (a frame found while checking the file). */
+function readAt(file: string, offset: number, length: number): Buffer {
   const fd = openSync(file, 'r');
   try {
-    let pos = 0;
-    const read = (n: number): Buffer => {
-      const b = Buffer.allocUnsafe(n);
-      let got = 0;
-      while (got < n) {
-        const r = readSync(fd, b, got, n - got, pos);
-        if (r === 0) throw new Error('truncated');
-        got += r;
-        pos += r;
-      }
-      return b;
-    };
-    if (!read(MAGIC.length).equals(MAGIC)) throw new Error('bad header');
+    const b = Buffer.allocUnsafe(length);
+    for (let got = 0; got < length; ) {
+      const r = readSync(fd, b, got, length - got, offset + got);
+      if (r === 0) throw new Error(`snapshot ${file} changed while it was read`);
+      got += r;
+    }
+    return b;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Where a frame's body is in the file. */
+interface Span {
+  at: number;
+  length: number;
+}
+
+/**
+ * A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. `lazy`: rings
+ * and live days are read again from the (checked) file and decoded only when a project's `recent` and `days` are
+ * read, each time (startup restores one project at a time, so the decoded data of one project is alive at once, not
+ * the whole file's: less heap at the peak, and garbage that dies young).
+ */
+function readSnapshot(file: string, lazy = false): SnapshotData {
+  const fd = openSync(file, 'r');
+  try {
+    const r = new FrameReader(fd);
+    const magic = r.read(MAGIC.length);
+    if (magic.equals(MAGIC_V2)) return readV2(r);
+    if (!magic.equals(MAGIC)) throw new Error('bad header');
     const hash = createHash('sha256');
-    const frames: unknown[] = [];
-    for (;;) {
-      const head = read(4);
-      const len = head.readUInt32LE(0);
-      if (len === 0) break;
-      const body = read(len);
-      hash.update(head).update(body);
-      frames.push(deserialize(body));
-    }
-    if (!hash.digest().equals(read(DIGEST_BYTES))) throw new Error('checksum mismatch');
-    const header = frames[0] as Omit<SnapshotData, 'projects'> & { projects: number };
+    const header = readFrame(r, hash, true) as Omit<SnapshotData, 'projects'> & { projects: number };
     const projects: ProjectSnapshot[] = [];
-    let i = 1;
     for (let n = 0; n < header.projects; n++) {
-      const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
-      const days: DaySnapshot[] = [];
-      for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
-      // A ring the snapshotter sent as bytes (see Snapshotter.encode) is a serialized packed ring (version 3: a flat array).
-      const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as PackedRing | Array<string | number>) : p.recent;
-      projects.push({ ...p, recent, days });
+      // Project frames are small (id, monthly counters, realtime minutes): decoded as they pass.
+      const p = readFrame(r, hash, true) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
+      const ring = readFrame(r, hash, !lazy);
+      const days: Array<Span | DaySnapshot> = [];
+      for (let d = 0; d < p.days; d++) days.push(readFrame(r, hash, !lazy) as Span | DaySnapshot);
+      projects.push(lazy ? lazyProject(file, p, ring as Span, days as Span[]) : { ...p, recent: ring as PackedRing, days: days as DaySnapshot[] });
     }
+    if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
+    if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
     return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
   } finally {
     closeSync(fd);
   }
+}
+
+/** The next frame, hashed: decoded, or (`decode` false) where its body is. */
+function readFrame(r: FrameReader, hash: ReturnType<typeof createHash>, decode: boolean): unknown {
+  const head = r.read(4);
+  const length = head.readUInt32LE(0);
+  if (length === 0) throw new Error('fewer frames than the header says');
+  hash.update(head);
+  const at = r.position;
+  const body = r.read(length);
+  hash.update(body);
+  return decode ? deserialize(body) : ({ at, length } satisfies Span);
+}
+
+/** A project whose ring and days are read from the file when asked for (see readSnapshot). */
+function lazyProject(file: string, p: Omit<ProjectSnapshot, 'days' | 'recent'>, ring: Span, days: Span[]): ProjectSnapshot {
+  const { days: _count, ...rest } = p as typeof p & { days: number };
+  return {
+    ...rest,
+    get recent(): PackedRing {
+      return deserialize(readAt(file, ring.at, ring.length)) as PackedRing;
+    },
+    get days(): DaySnapshot[] {
+      if (days.length === 0) return [];
+      // One read for all of the project's days (they are consecutive frames).
+      const from = days[0]!.at;
+      const last = days[days.length - 1]!;
+      const bytes = readAt(file, from, last.at + last.length - from);
+      return days.map((d) => deserialize(bytes.subarray(d.at - from, d.at - from + d.length)) as DaySnapshot);
+    },
+  };
+}
+
+/** A file in the layout before MAGIC (the ring inside the project frame), read whole. */
+function readV2(r: FrameReader): SnapshotData {
+  const hash = createHash('sha256');
+  const frames: unknown[] = [];
+  for (;;) {
+    const head = r.read(4);
+    const len = head.readUInt32LE(0);
+    if (len === 0) break;
+    hash.update(head);
+    const body = r.read(len);
+    hash.update(body);
+    frames.push(deserialize(body));
+  }
+  if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
+  const header = frames[0] as Omit<SnapshotData, 'projects'> & { projects: number };
+  const projects: ProjectSnapshot[] = [];
+  let i = 1;
+  for (let n = 0; n < header.projects; n++) {
+    const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
+    const days: DaySnapshot[] = [];
+    for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
+    // A ring the snapshotter sent as bytes (see Snapshotter.encode) is a serialized flat array (snapshot version 3).
+    const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as Array<string | number>) : p.recent;
+    projects.push({ ...p, recent, days });
+  }
+  return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
 }
