@@ -1,3 +1,4 @@
+import { intern } from './intern.ts';
 import { MAX_BREAKDOWN_KEYS, OTHER_KEY } from './limits.ts';
 
 /**
@@ -56,7 +57,7 @@ export class CappedCounter {
   add(key: string, n = 1): void {
     const c = this.get(key);
     if (c !== undefined) this.set(key, c + n);
-    else if (this.size < this.cap || key === OTHER_KEY) this.set(key, n);
+    else if (this.size < this.cap || key === OTHER_KEY) this.set(intern(key), n); // a new key: one shared copy
     else this.set(OTHER_KEY, (this.get(OTHER_KEY) ?? 0) + n);
   }
 

@@ -1,23 +1,8 @@
+import { intern } from './intern.ts';
 import type { RecentEvent } from './types.ts';
 
 export interface RingEntry extends RecentEvent {
   day: string;
-}
-
-/**
- * Strings that repeat from project to project (event names, URLs, sources, countries, devices, days) are shared by
- * every ring that holds them instead of one copy per ring. The table is bounded; when full it starts over (rings keep
- * their strings).
- */
-const INTERNED_MAX = 100_000;
-let interned = new Map<string, string>();
-
-function intern(s: string): string {
-  const hit = interned.get(s);
-  if (hit !== undefined) return hit;
-  if (interned.size >= INTERNED_MAX) interned = new Map();
-  interned.set(s, s);
-  return s;
 }
 
 /** String fields of an entry, in column order; the session id is last (it is the only one not interned). */

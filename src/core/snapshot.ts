@@ -1,4 +1,5 @@
 import { DayAggregate } from './day-aggregate.ts';
+import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
@@ -134,7 +135,7 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
       if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
       for (const [name, pairs] of Object.entries(ds.breakdowns)) {
         const c = d.breakdown(name);
-        if (c) for (const [k, v] of pairs) c.set(k, v);
+        if (c) for (const [k, v] of pairs) c.set(intern(k), v);
       }
       p.days.set(ds.day, d);
     }
