@@ -219,6 +219,7 @@ describe('compact recent-event rings', () => {
     const base = { day: '2026-11-20', event: 'page_view', referrer: '', source: 'Direct', country: 'DE', device: 'desktop' };
     for (let i = 0; i < 50_000; i++) ring.push({ ...base, ts: i, url: `https://site.example/p${i}`, sessionId: `s${i}` });
     const packed = ring.packed();
+    assert.ok(!(packed instanceof Uint8Array));
     const held = packed.strings.filter((s) => s !== undefined).length;
     // 1,000 urls and 1,000 session ids, plus the six shared strings: nothing of the 49,000 overwritten entries.
     assert.equal(held, 2006);
@@ -233,6 +234,39 @@ describe('compact recent-event rings', () => {
     const entries = Array.from({ length: 6 }, (_, i) => ({ day: '2026-11-20', ts: i, event: 'e', url: `/u${i}`, referrer: '', source: 'Direct', country: 'DE', device: 'desktop', sessionId: `s${i % 2}` }));
     ring.pushFlat(entries.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]));
     assert.deepEqual(ring.oldestFirst(), entries.slice(2));
+  });
+});
+
+describe('days and rings asleep after a restore', () => {
+  test('a state restored from a snapshot file stays asleep until touched, is snapshotted again as it is, and answers like the whole fold', async () => {
+    const events = fc.sample(eventArb, { numRuns: 400, seed: 5 }).map((e, i) => ({ ...e, p: i % 3 === 0 ? 'p_b' : 'p_a' }));
+    const whole = fold(events);
+    const dir = mkdtempSync(path.join(tmpdir(), 'asleep-'));
+    try {
+      const files = new SnapshotFiles(dir);
+      const cut = 250;
+      await files.write(toSnapshot(fold(events, new AnalyticsState(), 0, cut)));
+      const first = fromSnapshot(files.loadNewest(cut, (f, why) => assert.fail(`${f}: ${why}`))!);
+      for (const p of first.projects.values()) for (const d of p.days.values()) assert.ok(d.storedBytes(), 'restored days sleep');
+      // Touch one project only (a read); the other stays asleep and is written again from its bytes.
+      metrics(first, 'p_a', 'UTC', DAYS[0]!, DAYS[1]!);
+      assert.ok([...first.project('p_a').days.values()].every((d) => d.storedBytes() === undefined));
+      assert.ok([...first.project('p_b').days.values()].every((d) => d.storedBytes() !== undefined));
+      first.lastSeq = cut + 1; // a new file name (the state is the same)
+      await files.write(toSnapshot(first));
+      const second = fromSnapshot(files.loadNewest(cut + 1, (f, why) => assert.fail(`${f}: ${why}`))!);
+      second.lastSeq = cut;
+      fold(events, second, cut);
+      await files.close();
+      for (const p of ['p_a', 'p_b']) {
+        for (const [from, to] of RANGES) {
+          const opts = { trackedProps: TRACKED, compare: { from: DAYS[0]!, to: DAYS[0]! } };
+          assert.deepEqual(metrics(second, p, 'UTC', from, to, opts), metrics(whole, p, 'UTC', from, to, opts));
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

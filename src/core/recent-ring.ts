@@ -28,6 +28,13 @@ export interface PackedRing {
   strings: Array<string | undefined>;
 }
 
+/** A ring as a snapshot stored it, not decoded yet (see RecentRing.sleep). */
+export interface StoredRing {
+  /** the ring's snapshot form as the store wrote it */
+  bytes: Uint8Array;
+  load(): PackedRing | Array<string | number>;
+}
+
 /**
  * A fixed-size ring of the newest events of one project, kept compact: an entry is its time in a Float64Array and
  * eight 16-bit ids into the ring's own string table (day, event, url, referrer, source, country, device, session id),
@@ -46,16 +53,37 @@ export class RecentRing {
   private free: number[] | undefined;
   /** bumped on every push: a snapshot re-encodes only rings that changed since the last one */
   version = 0;
+  /** set while the ring sleeps: restored from a snapshot and not touched since (see sleep) */
+  private stored: StoredRing | undefined;
 
   constructor(readonly capacity: number) {
     if (capacity * STRING_FIELDS > MAX_IDS) throw new Error(`a ring of ${capacity} entries needs more than 16-bit string ids`);
   }
 
   get size(): number {
+    if (this.stored) this.wake();
     return this.count;
   }
 
+  /**
+   * Keeps a restored ring as its stored bytes until it is touched (a push or a read): startup decodes nothing, an
+   * idle project's ring costs its bytes (~30 an entry), and snapshots write the bytes again as they are.
+   */
+  sleep(stored: StoredRing): void {
+    if (this.count !== 0) throw new Error('only an empty ring can sleep');
+    this.stored = stored;
+  }
+
+  private wake(): void {
+    const stored = this.stored!;
+    this.stored = undefined;
+    const p = stored.load();
+    if (Array.isArray(p)) this.pushFlat(p);
+    else this.restorePacked(p);
+  }
+
   push(entry: RingEntry): void {
+    if (this.stored) this.wake();
     this.version++;
     let slot: number;
     const evicting = this.count === this.capacity;
@@ -136,6 +164,7 @@ export class RecentRing {
 
   /** Newest first, each entry decoded as it is reached (a read stops after the few it shows). */
   *newestFirst(): Generator<RingEntry> {
+    if (this.stored) this.wake();
     const n = this.count;
     for (let i = 1; i <= n; i++) yield this.entry((this.next - i + n) % n);
   }
@@ -145,8 +174,9 @@ export class RecentRing {
     return [...this.newestFirst()].reverse();
   }
 
-  /** The ring as plain data: a copy of each column and of the string table, no per-entry work. */
-  packed(): PackedRing {
+  /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */
+  packed(): PackedRing | Uint8Array {
+    if (this.stored) return this.stored.bytes.slice();
     const slots = this.count;
     return {
       count: this.count,
@@ -159,7 +189,7 @@ export class RecentRing {
 
   /** Takes back what packed() gave (into an empty ring): counts the uses of each string again, nothing else. */
   restorePacked(p: PackedRing): void {
-    if (this.count !== 0) throw new Error('restorePacked needs an empty ring');
+    if (this.count !== 0 || this.stored) throw new Error('restorePacked needs an empty ring');
     if (p.count === 0) return;
     if (p.count > this.capacity || p.ts.length !== p.count || p.ids.length !== p.count * STRING_FIELDS) throw new Error('a packed ring that does not fit');
     let slots = Math.min(FIRST_SLOTS, this.capacity);
@@ -201,6 +231,7 @@ export class RecentRing {
    * referrer, source, country, device, sessionId), so older snapshot files still load.
    */
   pushFlat(p: ReadonlyArray<string | number>): void {
+    if (this.stored) this.wake();
     for (let i = 0; i + 9 <= p.length; i += 9) {
       this.push({
         day: p[i] as string,

@@ -3,6 +3,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'n
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
+import type { StoredDay } from '../core/day-aggregate.ts';
 import type { PackedRing } from '../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
@@ -56,16 +57,19 @@ export class SnapshotFiles {
       if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) transfer.push(b.buffer as ArrayBuffer);
     };
     for (const p of data.projects) {
+      // Copies made by the capture: a sleeping day's or ring's bytes (a copy of what it holds), packed columns, tables.
       const r = p.recent;
-      if ('key' in r) {
+      if (r instanceof Uint8Array) own(r);
+      else if ('key' in r) {
         if (r.bytes) own(r.bytes);
       } else if ('ts' in r) transfer.push(r.ts.buffer as ArrayBuffer, r.ids.buffer as ArrayBuffer);
       for (const d of p.days) {
-        if ('key' in d) {
+        if (d instanceof Uint8Array) own(d);
+        else if ('key' in d) {
           if (d.bytes) own(d.bytes);
-          continue;
+        } else if ('sessions' in d) {
+          transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
         }
-        transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
       }
     }
     const worker = this.startWorker();
@@ -228,33 +232,10 @@ class FrameReader {
   }
 }
 
-/** Reads `length` bytes at `offset` of `file` (a frame found while checking the file). */
-function readAt(file: string, offset: number, length: number): Buffer {
-  const fd = openSync(file, 'r');
-  try {
-    const b = Buffer.allocUnsafe(length);
-    for (let got = 0; got < length; ) {
-      const r = readSync(fd, b, got, length - got, offset + got);
-      if (r === 0) throw new Error(`snapshot ${file} changed while it was read`);
-      got += r;
-    }
-    return b;
-  } finally {
-    closeSync(fd);
-  }
-}
-
-/** Where a frame's body is in the file. */
-interface Span {
-  at: number;
-  length: number;
-}
-
 /**
- * A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. `lazy`: rings
- * and live days are read again from the (checked) file and decoded only when a project's `recent` and `days` are
- * read, each time (startup restores one project at a time, so the decoded data of one project is alive at once, not
- * the whole file's: less heap at the peak, and garbage that dies young).
+ * A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. `lazy`: each
+ * project's ring and live days stay as their bytes (StoredRing, StoredDay: one buffer per project), decoded when first
+ * touched, so startup decodes nothing and an idle project costs its bytes. Otherwise everything is decoded.
  */
 function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
@@ -264,15 +245,31 @@ function readSnapshot(file: string, lazy = false): SnapshotData {
     if (magic.equals(MAGIC_V2)) return readV2(r);
     if (!magic.equals(MAGIC)) throw new Error('bad header');
     const hash = createHash('sha256');
-    const header = readFrame(r, hash, true) as Omit<SnapshotData, 'projects'> & { projects: number };
+    const header = decode(nextFrame(r, hash)) as Omit<SnapshotData, 'projects'> & { projects: number };
     const projects: ProjectSnapshot[] = [];
     for (let n = 0; n < header.projects; n++) {
-      // Project frames are small (id, monthly counters, realtime minutes): decoded as they pass.
-      const p = readFrame(r, hash, true) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
-      const ring = readFrame(r, hash, !lazy);
-      const days: Array<Span | DaySnapshot> = [];
-      for (let d = 0; d < p.days; d++) days.push(readFrame(r, hash, !lazy) as Span | DaySnapshot);
-      projects.push(lazy ? lazyProject(file, p, ring as Span, days as Span[]) : { ...p, recent: ring as PackedRing, days: days as DaySnapshot[] });
+      // Project frames are small (id, monthly counters, realtime minutes, the days' index): decoded as they pass.
+      const { days: count, ...p } = decode(nextFrame(r, hash)) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
+      const ring = nextFrame(r, hash);
+      const index = p.index;
+      if (!lazy || !index || index.length !== count) {
+        const days: DaySnapshot[] = [];
+        for (let d = 0; d < count; d++) days.push(decode(nextFrame(r, hash)) as DaySnapshot);
+        projects.push({ ...p, recent: decode(ring) as PackedRing, days });
+        continue;
+      }
+      // One buffer for the project's ring and days (copied out of the read buffer, which is reused).
+      const bodies = [Buffer.from(ring)];
+      for (let d = 0; d < count; d++) bodies.push(Buffer.from(nextFrame(r, hash)));
+      const all = Buffer.concat(bodies);
+      let at = 0;
+      const take = (n: number) => all.subarray(at, (at += n));
+      const ringBytes = take(bodies[0]!.length);
+      const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {
+        const bytes = take(bodies[i + 1]!.length);
+        return { day, firstSeq, lastSeq, bytes, load: () => decode(bytes) as DaySnapshot };
+      });
+      projects.push({ ...p, recent: { bytes: ringBytes, load: () => decode(ringBytes) as PackedRing }, days });
     }
     if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
     if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
@@ -282,35 +279,22 @@ function readSnapshot(file: string, lazy = false): SnapshotData {
   }
 }
 
-/** The next frame, hashed: decoded, or (`decode` false) where its body is. */
-function readFrame(r: FrameReader, hash: ReturnType<typeof createHash>, decode: boolean): unknown {
+/** The next frame's body, hashed (a view into the reader's buffer: valid until the next read). */
+function nextFrame(r: FrameReader, hash: ReturnType<typeof createHash>): Buffer {
   const head = r.read(4);
   const length = head.readUInt32LE(0);
   if (length === 0) throw new Error('fewer frames than the header says');
   hash.update(head);
-  const at = r.position;
   const body = r.read(length);
   hash.update(body);
-  return decode ? deserialize(body) : ({ at, length } satisfies Span);
+  return body;
 }
 
-/** A project whose ring and days are read from the file when asked for (see readSnapshot). */
-function lazyProject(file: string, p: Omit<ProjectSnapshot, 'days' | 'recent'>, ring: Span, days: Span[]): ProjectSnapshot {
-  const { days: _count, ...rest } = p as typeof p & { days: number };
-  return {
-    ...rest,
-    get recent(): PackedRing {
-      return deserialize(readAt(file, ring.at, ring.length)) as PackedRing;
-    },
-    get days(): DaySnapshot[] {
-      if (days.length === 0) return [];
-      // One read for all of the project's days (they are consecutive frames).
-      const from = days[0]!.at;
-      const last = days[days.length - 1]!;
-      const bytes = readAt(file, from, last.at + last.length - from);
-      return days.map((d) => deserialize(bytes.subarray(d.at - from, d.at - from + d.length)) as DaySnapshot);
-    },
-  };
+/** A frame body as its value: bytes that hold serialized bytes (a day or ring written while asleep) are unwrapped. */
+function decode(body: Uint8Array): unknown {
+  let v: unknown = deserialize(body);
+  while (v instanceof Uint8Array) v = deserialize(v);
+  return v;
 }
 
 /** A file in the layout before MAGIC (the ring inside the project frame), read whole. */
