@@ -12,7 +12,8 @@ import { traffic } from './growth/traffic.ts';
  * live state of many projects costs, in minutes instead of the quarter hour of `--growth --scale=0.1`. Folds Zipf
  * traffic through the real reducer (sealed days are dropped as soon as they are handed over: the sealed store is not
  * what is measured), then reports heap and typed-array bytes per live day and per ring entry (by dropping rings, then
- * days, with a full GC between), the snapshot the real writer makes of it, and the restore (read + decode) time.
+ * days, with a full GC between), the snapshot the real writer makes of it, the restore (check + restore asleep) time,
+ * the heap of the restored state while asleep, and the same per-part figures once every day and ring is woken.
  * The defaults are (b) of `--growth --scale=0.1` for its last 40 days: 10M events over 365 days is ~27k a day.
  */
 
@@ -115,6 +116,8 @@ try {
     return out;
   };
   const restoredState = restore();
+  // Restored days and rings sleep as their bytes until touched; parts() below touches (wakes) every one.
+  const asleepMiB = +((used() - base) / 2 ** 20).toFixed(1);
   const rssMiB = Math.round(process.memoryUsage().rss / 2 ** 20);
   const restored = parts(restoredState);
   console.log(
@@ -126,7 +129,7 @@ try {
         foldS: +foldS.toFixed(1),
         built,
         snapshot: { bytes: snapshotBytes, mib: mib(snapshotBytes), captureMs: Math.round(captureMs), writeMs: Math.round(writeMs) },
-        restore: { readMs: Math.round(readMs), decodeMs: Math.round(decodeMs) },
+        restore: { readMs: Math.round(readMs), decodeMs: Math.round(decodeMs), asleepMiB },
         restored,
         rssAfterRestoreMiB: rssMiB,
       },

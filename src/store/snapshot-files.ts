@@ -250,23 +250,27 @@ function readSnapshot(file: string, lazy = false): SnapshotData {
     for (let n = 0; n < header.projects; n++) {
       // Project frames are small (id, monthly counters, realtime minutes, the days' index): decoded as they pass.
       const { days: count, ...p } = decode(nextFrame(r, hash)) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
-      const ring = nextFrame(r, hash);
       const index = p.index;
       if (!lazy || !index || index.length !== count) {
+        const recent = decode(nextFrame(r, hash)) as PackedRing;
         const days: DaySnapshot[] = [];
         for (let d = 0; d < count; d++) days.push(decode(nextFrame(r, hash)) as DaySnapshot);
-        projects.push({ ...p, recent: decode(ring) as PackedRing, days });
+        projects.push({ ...p, recent, days });
         continue;
       }
-      // One buffer for the project's ring and days (copied out of the read buffer, which is reused).
-      const bodies = [Buffer.from(ring)];
-      for (let d = 0; d < count; d++) bodies.push(Buffer.from(nextFrame(r, hash)));
-      const all = Buffer.concat(bodies);
-      let at = 0;
-      const take = (n: number) => all.subarray(at, (at += n));
-      const ringBytes = take(bodies[0]!.length);
+      // The ring and day frames are consecutive: note where each body is, then read them all again into one buffer
+      // of the project's own (a pooled Buffer would keep an 8 KB slab alive per small project).
+      const from = r.position;
+      const spans: Array<[number, number]> = [];
+      for (let d = 0; d <= count; d++) {
+        const body = nextFrame(r, hash);
+        spans.push([r.position - body.length - from, body.length]);
+      }
+      const all = readRange(fd, from, r.position - from);
+      const part = ([at, length]: [number, number]) => all.subarray(at, at + length);
+      const ringBytes = part(spans[0]!);
       const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {
-        const bytes = take(bodies[i + 1]!.length);
+        const bytes = part(spans[i + 1]!);
         return { day, firstSeq, lastSeq, bytes, load: () => decode(bytes) as DaySnapshot };
       });
       projects.push({ ...p, recent: { bytes: ringBytes, load: () => decode(ringBytes) as PackedRing }, days });
@@ -277,6 +281,17 @@ function readSnapshot(file: string, lazy = false): SnapshotData {
   } finally {
     closeSync(fd);
   }
+}
+
+/** `length` bytes of the file at `offset`, in a buffer of their own. */
+function readRange(fd: number, offset: number, length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  for (let got = 0; got < length; ) {
+    const n = readSync(fd, out, got, length - got, offset + got);
+    if (n === 0) throw new Error('truncated');
+    got += n;
+  }
+  return out;
 }
 
 /** The next frame's body, hashed (a view into the reader's buffer: valid until the next read). */
