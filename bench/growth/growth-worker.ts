@@ -5,14 +5,14 @@ import { performance } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config.ts';
 import { toSnapshot } from '../../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../../src/core/state.ts';
-import type { LogRecord, StoredEvent } from '../../src/core/types.ts';
+import type { LogRecord } from '../../src/core/types.ts';
 import { generateKey, hashKey } from '../../src/engine/keys.ts';
 import { Sealer } from '../../src/engine/sealer.ts';
 import { startService, type RunningService } from '../../src/service.ts';
 import { LogStore } from '../../src/store/log-store.ts';
 import { SnapshotFiles } from '../../src/store/snapshot-files.ts';
 import { serveCommands } from '../lib/child.ts';
-import { COUNTRIES, DEVICES, PATHS, SITE, SOURCES, rng } from '../state/generate-events.ts';
+import { traffic } from './traffic.ts';
 
 /**
  * The growth child of bench/growth.ts, one process per step so heaps and RSS do not carry over:
@@ -23,11 +23,8 @@ import { COUNTRIES, DEVICES, PATHS, SITE, SOURCES, rng } from '../state/generate
  * - `ping`: GET /health every 5 ms from outside the service; the longest wait is the longest event-loop block.
  */
 
-const DAY_MS = 86_400_000;
 /** Records per append: one LMDB transaction of a few MB. */
 const APPEND_BATCH = 20_000;
-/** Mean events per session ≈ 3.3, as in bench/state. */
-const MEAN_EXTRA_EVENTS = 2.3;
 /** Reads and loads are measured back to back: the default per-key bucket would answer 429. */
 const UNLIMITED = { perKey: 1e9, burstPerKey: 1e9, perIp: 1e9, burstPerIp: 1e9 };
 
@@ -53,66 +50,6 @@ export interface BuildResult {
   projectId: string;
   secretKey: string;
   adminKey: string;
-}
-
-/** Zipf(1) over `n` ranks: cumulative weights for a binary search. */
-function zipf(n: number): Float64Array {
-  const c = new Float64Array(n);
-  let s = 0;
-  for (let i = 0; i < n; i++) c[i] = s += 1 / (i + 1);
-  for (let i = 0; i < n; i++) c[i]! /= s;
-  return c;
-}
-
-function pick(c: Float64Array, x: number): number {
-  let lo = 0;
-  let hi = c.length - 1;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (c[mid]! < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-function* traffic(a: BuildArgs, ids: string[]): Generator<StoredEvent> {
-  const rand = rng(1234);
-  const weights = zipf(ids.length);
-  const first = Date.parse(`${a.lastDay}T00:00:00Z`) - (a.days - 1) * DAY_MS;
-  let made = 0;
-  let sessions = 0;
-  for (let d = 0; d < a.days; d++) {
-    const target = Math.round(((d + 1) * a.events) / a.days);
-    // A day's sessions start in time order, so receive times only move forward (as the log would have them).
-    const starts: number[] = [];
-    let planned = made;
-    const counts: number[] = [];
-    while (planned < target) {
-      const n = Math.min(target - planned, 1 + Math.floor(-Math.log(1 - rand()) * MEAN_EXTRA_EVENTS));
-      counts.push(n);
-      planned += n;
-      starts.push(first + d * DAY_MS + Math.floor(rand() * (DAY_MS - 600_000)));
-    }
-    starts.sort((x, y) => x - y);
-    for (let s = 0; s < counts.length; s++) {
-      const p = ids[pick(weights, rand())]!;
-      const sessionId = `s${(sessions++).toString(36)}`;
-      const [referrer, source] = SOURCES[Math.floor(rand() * SOURCES.length)]!;
-      const country = COUNTRIES[Math.floor(rand() ** 2 * COUNTRIES.length)]!;
-      const device = DEVICES[Math.floor(rand() * DEVICES.length)]!;
-      let ts = starts[s]!;
-      for (let k = 0; k < counts[s]!; k++) {
-        const pathName = PATHS[Math.floor(rand() ** 1.5 * PATHS.length)]!;
-        yield {
-          t: 'e', p, ts, rt: ts + 150, day: new Date(ts).toISOString().slice(0, 10), event: k === 0 || rand() < 0.8 ? 'page_view' : 'click',
-          url: SITE + pathName, path: pathName, referrer: k === 0 ? referrer : `${SITE}/`, source: k === 0 ? source : 'Direct', sessionId,
-          user: `s:${sessionId}`, country, device, params: {}, eventId: `${(made + k).toString(36)}`,
-        };
-        ts += 1000;
-      }
-      made += counts[s]!;
-    }
-  }
 }
 
 function dirBytes(dir: string): number {

@@ -2,8 +2,10 @@ import { CappedCounter } from './capped-counter.ts';
 import type { DayFigures, RangePart } from './day-view.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
+import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts, NumberSet } from './number-table.ts';
+import type { DaySnapshot } from './snapshot.ts';
 import type { StoredEvent } from './types.ts';
 
 /**
@@ -38,9 +40,9 @@ const CURRENCY = /^[A-Za-z]{3}$/;
 /**
  * Everything one project's day needs to answer /metrics exactly while the day is live (events may still arrive
  * for it). A session is a (sessionId, day) pair, so a session crossing midnight counts on both days and every
- * figure sums exactly over days. Once the day is sealed it is reduced to a SealedDay (sealed-day.ts).
+ * figure sums exactly over days. Held by a DayAggregate, which may keep it as stored bytes until first touched.
  */
-export class DayAggregate implements RangePart {
+class DayState {
   pageviews = 0;
   /** sessions with exactly one page_view */
   bounces = 0;
@@ -48,12 +50,6 @@ export class DayAggregate implements RangePart {
   sessionsWithPageview = 0;
   /** bot hits (acknowledged, not counted as traffic) */
   bots = 0;
-  /** sequence of the first record folded into this instance: names its sealed segment, so re-sealing overwrites */
-  firstSeq = 0;
-  /** sequence of the last record folded into this instance */
-  lastSeq = 0;
-  /** true once the reducer has handed the day over for sealing */
-  sealing = false;
   /** hash53(sessionId) -> page_views of that session on this day (typed-array table: see number-table.ts) */
   sessions = new NumberCounts();
   /** hash53(user identity) */
@@ -70,7 +66,7 @@ export class DayAggregate implements RangePart {
   readonly revenueTotals = new CappedCounter(MAX_REVENUE_CURRENCIES);
   readonly revenuePurchases = new CappedCounter(MAX_REVENUE_CURRENCIES);
   /** tracked property key -> event counts by value (MAX_PROP_VALUES each); at most MAX_PROP_KEYS_PER_DAY keys */
-  readonly props = new Map<string, CappedCounter>();
+  props: Map<string, CappedCounter> | undefined;
 
   constructor(readonly day: string) {}
 
@@ -152,12 +148,13 @@ export class DayAggregate implements RangePart {
   }
 
   private applyProps(props: Record<string, string>): void {
+    const byKey = (this.props ??= new Map());
     for (const key of Object.keys(props)) {
-      let c = this.props.get(key);
+      let c = byKey.get(key);
       if (c === undefined) {
-        if (this.props.size >= MAX_PROP_KEYS_PER_DAY) continue;
+        if (byKey.size >= MAX_PROP_KEYS_PER_DAY) continue;
         c = new CappedCounter(MAX_PROP_VALUES);
-        this.props.set(key, c);
+        byKey.set(key, c);
       }
       c.add(props[key]!);
     }
@@ -170,7 +167,7 @@ export class DayAggregate implements RangePart {
     if (typeof value !== 'number' || !Number.isFinite(value) || typeof currency !== 'string' || !CURRENCY.test(currency)) return;
     const code = currency.toUpperCase();
     // Past the cap a new currency is dropped (revenue has no "(other)": sums of different currencies mean nothing).
-    if (!this.revenuePurchases.counts.has(code) && this.revenuePurchases.counts.size >= MAX_REVENUE_CURRENCIES) return;
+    if (!this.revenuePurchases.has(code) && this.revenuePurchases.size >= MAX_REVENUE_CURRENCIES) return;
     this.revenueTotals.add(code, value);
     this.revenuePurchases.add(code);
   }
@@ -179,7 +176,7 @@ export class DayAggregate implements RangePart {
   namedInsights(): Array<[string, CappedCounter]> {
     const out: Array<[string, CappedCounter]> = INSIGHT_BREAKDOWNS.map((name) => [name, this.insights[name]]);
     out.push([REVENUE_TOTAL, this.revenueTotals], [REVENUE_PURCHASES, this.revenuePurchases]);
-    for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
+    if (this.props) for (const [key, c] of this.props) out.push([PROPS_PREFIX + key, c]);
     return out;
   }
 
@@ -187,13 +184,32 @@ export class DayAggregate implements RangePart {
   namedInsight(name: string): CappedCounter | undefined {
     if (name.startsWith(PROPS_PREFIX)) {
       const key = name.slice(PROPS_PREFIX.length);
-      let c = this.props.get(key);
-      if (c === undefined) this.props.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
+      const byKey = (this.props ??= new Map());
+      let c = byKey.get(key);
+      if (c === undefined) byKey.set(key, (c = new CappedCounter(MAX_PROP_VALUES)));
       return c;
     }
     if (name === REVENUE_TOTAL) return this.revenueTotals;
     if (name === REVENUE_PURCHASES) return this.revenuePurchases;
     return (INSIGHT_BREAKDOWNS as readonly string[]).includes(name) ? this.insights[name as InsightBreakdown] : undefined;
+  }
+
+  /** The state a snapshot describes (its tables as they were in memory; sketches rebuilt, as they are derived). */
+  static restore(ds: DaySnapshot): DayState {
+    const d = new DayState(ds.day);
+    d.pageviews = ds.pageviews;
+    d.bounces = ds.bounces;
+    d.sessionsWithPageview = ds.sessionsWithPageview;
+    d.bots = ds.bots;
+    d.sessions = NumberCounts.fromRaw(ds.sessions);
+    d.users = NumberSet.fromRaw(ds.users);
+    // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
+    if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
+    for (const [name, pairs] of Object.entries(ds.breakdowns)) {
+      const c = d.breakdown(name);
+      if (c) for (const [k, v] of pairs) c.set(intern(k), v);
+    }
+    return d;
   }
 
   buildSketch(): void {
@@ -220,12 +236,123 @@ export class DayAggregate implements RangePart {
 
   sumBreakdown(name: string, into: Map<string, number>): void {
     // a prop key this day never saw adds nothing (and creates nothing)
-    if (name.startsWith(PROPS_PREFIX)) this.props.get(name.slice(PROPS_PREFIX.length))?.sumInto(into);
+    if (name.startsWith(PROPS_PREFIX)) this.props?.get(name.slice(PROPS_PREFIX.length))?.sumInto(into);
     else this.breakdown(name)?.sumInto(into);
   }
 
   forEachUser(fn: (hash: number) => void): void {
     this.users.forEach(fn);
+  }
+}
+
+/** A live day as a snapshot stored it, not decoded yet: its name and sequences, its bytes and how to decode them. */
+export interface StoredDay {
+  day: string;
+  firstSeq: number;
+  lastSeq: number;
+  /** the day's snapshot form as the store wrote it (what a later snapshot writes again while the day sleeps) */
+  bytes: Uint8Array;
+  load(): DaySnapshot;
+}
+
+/**
+ * One project's live day: its name and log sequences, and its aggregates (DayState), which are created on the first
+ * event, or restored from a snapshot. After a restart a day starts asleep: only its stored bytes (~1 KB for a small
+ * day, against ~2 KB decoded) until something touches its figures (an event, a read, sealing), so startup decodes
+ * nothing and an idle project's days cost their bytes. A sleeping day is written to the next snapshot as its bytes.
+ */
+export class DayAggregate implements RangePart {
+  /** sequence of the first record folded into this instance: names its sealed segment, so re-sealing overwrites */
+  firstSeq = 0;
+  /** sequence of the last record folded into this instance */
+  lastSeq = 0;
+  /** true once the reducer has handed the day over for sealing */
+  sealing = false;
+  private state: DayState | undefined;
+  private stored: StoredDay | undefined;
+
+  constructor(readonly day: string) {}
+
+  /** A day restored asleep (see the class comment). */
+  static asleep(s: StoredDay): DayAggregate {
+    const d = new DayAggregate(s.day);
+    d.firstSeq = s.firstSeq;
+    d.lastSeq = s.lastSeq;
+    d.stored = s;
+    return d;
+  }
+
+  /** A day restored from its snapshot form. */
+  static restore(ds: DaySnapshot): DayAggregate {
+    const d = new DayAggregate(ds.day);
+    d.firstSeq = ds.firstSeq;
+    d.lastSeq = ds.lastSeq;
+    d.state = DayState.restore(ds);
+    return d;
+  }
+
+  /** The stored bytes while the day sleeps, else undefined. */
+  storedBytes(): Uint8Array | undefined {
+    return this.stored?.bytes;
+  }
+
+  private get s(): DayState {
+    return this.state ?? this.wake();
+  }
+
+  private wake(): DayState {
+    const stored = this.stored;
+    this.stored = undefined;
+    this.state = stored ? DayState.restore(stored.load()) : new DayState(this.day);
+    return this.state;
+  }
+
+  get pageviews(): number {
+    return this.s.pageviews;
+  }
+  get bounces(): number {
+    return this.s.bounces;
+  }
+  get sessionsWithPageview(): number {
+    return this.s.sessionsWithPageview;
+  }
+  /** bot hits (acknowledged, not counted as traffic) */
+  get bots(): number {
+    return this.s.bots;
+  }
+  set bots(n: number) {
+    this.s.bots = n;
+  }
+  get sessions(): NumberCounts {
+    return this.s.sessions;
+  }
+  get users(): NumberSet {
+    return this.s.users;
+  }
+  get sketch(): HyperLogLog | undefined {
+    return this.s.sketch;
+  }
+
+  apply(e: StoredEvent, session = hash53(e.sessionId)): void {
+    this.s.apply(e, session);
+  }
+  breakdowns(): Array<[string, CappedCounter]> {
+    return this.s.breakdowns();
+  }
+  breakdown(name: string): CappedCounter | undefined {
+    return this.s.breakdown(name);
+  }
+  namedInsights(): Array<[string, CappedCounter]> {
+    return this.s.namedInsights();
+  }
+  figures(): DayFigures[] {
+    return this.s.figures();
+  }
+  sumBreakdown(name: string, into: Map<string, number>): void {
+    this.s.sumBreakdown(name, into);
+  }
+  forEachUser(fn: (hash: number) => void): void {
+    this.s.forEachUser(fn);
   }
 }
 

@@ -106,6 +106,11 @@ export const UNKNOWN_NAME = 'Unknown';
 export const REALTIME_MINUTES = 30;
 /** CONTRACT: realtime visitors are the distinct sessions of the last 5 minutes. */
 export const REALTIME_VISITOR_MINUTES = 5;
+/**
+ * Realtime minutes older than this before the newest receive time are dropped, checked this often (an idle project
+ * keeps none): twice the 30-minute window, so only a server clock stepped back by over half an hour hides minutes.
+ */
+export const REALTIME_KEPT_MS = 3600 * 1000;
 /** CONTRACT: realtime pages and sources return the top 10. */
 export const REALTIME_TOP = 10;
 /**

@@ -11,6 +11,11 @@
 /** Grow past this load: linear probing averages < 2.2 probes per miss below it. */
 const MAX_LOAD = 0.7;
 const MIN_CAPACITY = 16;
+/**
+ * A table of at most this many keys is a plain array scanned linearly (a small day's sessions and users): its three
+ * typed arrays would cost ~1 KB of buffers and bookkeeping for a few keys; a scan of 32 doubles is as fast as a probe.
+ */
+const SMALL_TABLE = 32;
 
 function capacityFor(n: number): number {
   let c = MIN_CAPACITY;
@@ -30,20 +35,42 @@ export interface RawNumberCounts extends RawNumberSet {
   zeroValue: number;
 }
 
+const NO_KEYS = new Float64Array(0);
+
 /** A set of hash53 values. */
 export class NumberSet {
+  /** the keys while there are at most SMALL_TABLE (then `keys` is the table) */
+  private list: number[] | undefined;
   private keys: Float64Array;
   private mask: number;
   private hasZero = false;
   size = 0;
 
   constructor(expected = 0) {
+    if (expected <= SMALL_TABLE) {
+      this.list = [];
+      this.keys = NO_KEYS;
+      this.mask = 0;
+      return;
+    }
     const c = capacityFor(expected);
     this.keys = new Float64Array(c);
     this.mask = c - 1;
   }
 
+  /** Leaves the list form: the keys go into a typed table. */
+  private promote(): void {
+    const list = this.list!;
+    this.list = undefined;
+    const c = capacityFor(list.length + 1);
+    this.keys = new Float64Array(c);
+    this.mask = c - 1;
+    this.size = 0;
+    for (const k of list) this.add(k);
+  }
+
   has(k: number): boolean {
+    if (this.list !== undefined) return this.list.includes(k);
     if (k === 0) return this.hasZero;
     const keys = this.keys;
     for (let i = (k >>> 0) & this.mask; ; i = (i + 1) & this.mask) {
@@ -55,6 +82,17 @@ export class NumberSet {
 
   /** Adds `k`; true when it was not there yet. */
   add(k: number): boolean {
+    const list = this.list;
+    if (list !== undefined) {
+      if (list.includes(k)) return false;
+      if (list.length < SMALL_TABLE) {
+        // Exactly one more slot: push and spread reserve ~17 for the first key, for each of a day's two tables.
+        this.list = list.concat([k]);
+        this.size++;
+        return true;
+      }
+      this.promote();
+    }
     if (k === 0) {
       if (this.hasZero) return false;
       this.hasZero = true;
@@ -92,12 +130,17 @@ export class NumberSet {
 
   /** Calls `fn` for every key (in slot order, not insertion order). */
   forEach(fn: (k: number) => void): void {
+    if (this.list !== undefined) {
+      for (const k of this.list) fn(k);
+      return;
+    }
     if (this.hasZero) fn(0);
     const keys = this.keys;
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) fn(keys[j]!);
   }
 
   toArray(): Float64Array {
+    if (this.list !== undefined) return Float64Array.from(this.list);
     const out = new Float64Array(this.size);
     let n = 0;
     if (this.hasZero) out[n++] = 0;
@@ -106,13 +149,26 @@ export class NumberSet {
     return out;
   }
 
-  /** A copy of the table itself (a memcpy, no per-key work): what a snapshot captures on the main thread. */
+  /**
+   * A copy of the table itself (a memcpy, no per-key work): what a snapshot captures on the main thread. The list
+   * form is given as a table's worth of keys with no empty slots (fromRaw tells the two apart by `size`).
+   */
   raw(): RawNumberSet {
+    if (this.list !== undefined) return { keys: Float64Array.from(this.list), hasZero: false, size: this.list.length };
     return { keys: this.keys.slice(), hasZero: this.hasZero, size: this.size };
   }
 
   static fromRaw(r: RawNumberSet): NumberSet {
+    if (r.size <= SMALL_TABLE) {
+      // A small set comes back as a list whichever form it was captured in (a table always has empty slots).
+      const small = new NumberSet();
+      const listForm = r.keys.length === r.size;
+      for (let j = 0; j < r.keys.length; j++) if (listForm || r.keys[j] !== 0) small.add(r.keys[j]!);
+      if (!listForm && r.hasZero) small.add(0);
+      return small;
+    }
     const s = new NumberSet();
+    s.list = undefined;
     s.keys = r.keys;
     s.mask = r.keys.length - 1;
     s.hasZero = r.hasZero;
@@ -127,8 +183,12 @@ export class NumberSet {
   }
 }
 
+const NO_VALUES = new Uint32Array(0);
+
 /** A map from hash53 values to small non-negative integer counters (< 2^32). */
 export class NumberCounts {
+  /** [key, counter, key, counter, ...] while there are at most SMALL_TABLE keys (then the typed table) */
+  private list: number[] | undefined;
   private keys: Float64Array;
   private values: Uint32Array;
   private mask: number;
@@ -137,14 +197,37 @@ export class NumberCounts {
   size = 0;
 
   constructor(expected = 0) {
+    if (expected <= SMALL_TABLE) {
+      this.list = [];
+      this.keys = NO_KEYS;
+      this.values = NO_VALUES;
+      this.mask = 0;
+      return;
+    }
     const c = capacityFor(expected);
     this.keys = new Float64Array(c);
     this.values = new Uint32Array(c);
     this.mask = c - 1;
   }
 
+  private promote(): void {
+    const list = this.list!;
+    this.list = undefined;
+    const c = capacityFor((list.length >> 1) + 1);
+    this.keys = new Float64Array(c);
+    this.values = new Uint32Array(c);
+    this.mask = c - 1;
+    this.size = 0;
+    for (let i = 0; i < list.length; i += 2) this.set(list[i]!, list[i + 1]!);
+  }
+
   /** The counter of `k`, or -1 when `k` is absent. */
   get(k: number): number {
+    const list = this.list;
+    if (list !== undefined) {
+      for (let i = 0; i < list.length; i += 2) if (list[i] === k) return list[i + 1]!;
+      return -1;
+    }
     if (k === 0) return this.hasZero ? this.zeroValue : -1;
     const keys = this.keys;
     for (let i = (k >>> 0) & this.mask; ; i = (i + 1) & this.mask) {
@@ -155,6 +238,21 @@ export class NumberCounts {
   }
 
   set(k: number, v: number): void {
+    const list = this.list;
+    if (list !== undefined) {
+      for (let i = 0; i < list.length; i += 2) {
+        if (list[i] === k) {
+          list[i + 1] = v;
+          return;
+        }
+      }
+      if (list.length < 2 * SMALL_TABLE) {
+        this.list = list.concat([k, v]);
+        this.size++;
+        return;
+      }
+      this.promote();
+    }
     if (k === 0) {
       if (!this.hasZero) this.size++;
       this.hasZero = true;
@@ -199,6 +297,10 @@ export class NumberCounts {
 
   /** Calls `fn` for every key and counter (slot order). */
   forEachEntry(fn: (k: number, v: number) => void): void {
+    if (this.list !== undefined) {
+      for (let i = 0; i < this.list.length; i += 2) fn(this.list[i]!, this.list[i + 1]!);
+      return;
+    }
     if (this.hasZero) fn(0, this.zeroValue);
     const keys = this.keys;
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) fn(keys[j]!, this.values[j]!);
@@ -206,6 +308,16 @@ export class NumberCounts {
 
   /** Keys and counters as two parallel arrays (the snapshot form). */
   toArrays(): { keys: Float64Array; values: Uint32Array } {
+    if (this.list !== undefined) {
+      const n = this.list.length >> 1;
+      const k = new Float64Array(n);
+      const v = new Uint32Array(n);
+      for (let i = 0; i < n; i++) {
+        k[i] = this.list[2 * i]!;
+        v[i] = this.list[2 * i + 1]!;
+      }
+      return { keys: k, values: v };
+    }
     const outKeys = new Float64Array(this.size);
     const outValues = new Uint32Array(this.size);
     let n = 0;
@@ -222,13 +334,22 @@ export class NumberCounts {
     return { keys: outKeys, values: outValues };
   }
 
-  /** A copy of the table itself (two memcpys): see NumberSet.raw. */
+  /** A copy of the table itself (two memcpys): see NumberSet.raw (the list form as keys without empty slots). */
   raw(): RawNumberCounts {
+    if (this.list !== undefined) return { ...this.toArrays(), hasZero: false, zeroValue: 0, size: this.size };
     return { keys: this.keys.slice(), values: this.values.slice(), hasZero: this.hasZero, zeroValue: this.zeroValue, size: this.size };
   }
 
   static fromRaw(r: RawNumberCounts): NumberCounts {
+    if (r.size <= SMALL_TABLE) {
+      const small = new NumberCounts();
+      const listForm = r.keys.length === r.size;
+      if (!listForm && r.hasZero) small.set(0, r.zeroValue);
+      for (let j = 0; j < r.keys.length; j++) if (listForm || r.keys[j] !== 0) small.set(r.keys[j]!, r.values[j]!);
+      return small;
+    }
     const m = new NumberCounts();
+    m.list = undefined;
     m.keys = r.keys;
     m.values = r.values;
     m.mask = r.keys.length - 1;

@@ -1,5 +1,6 @@
 import { CappedCounter, sortedBreakdown } from './capped-counter.ts';
 import {
+  REALTIME_KEPT_MS,
   REALTIME_KEYS_PER_MINUTE,
   REALTIME_MINUTES,
   REALTIME_SESSIONS_PER_MINUTE,
@@ -48,9 +49,14 @@ export class Realtime {
   private readonly minutes: (PageMinute | undefined)[] = new Array<PageMinute | undefined>(REALTIME_MINUTES);
   private readonly visitors: (VisitorMinute | undefined)[] = new Array<VisitorMinute | undefined>(REALTIME_VISITOR_MINUTES);
 
-  /** `path` and `source` count only for a page view (`pageview` true). */
-  add(rt: number, session: number, pageview: boolean, path: string, source: string): void {
+  /**
+   * `path` and `source` count only for a page view (`pageview` true). `newest`: the newest receive time folded (any
+   * project's); a minute more than REALTIME_KEPT_MS before it is not counted, so prune() may drop such buckets at any
+   * time without changing what a later fold does.
+   */
+  add(rt: number, session: number, pageview: boolean, path: string, source: string, newest = rt): void {
     const m = Math.floor(rt / MINUTE_MS);
+    if (m < keptFrom(newest)) return;
     const v = this.bucket(this.visitors, m, (x) => new VisitorMinute(x));
     if (v) {
       if (v.sessions.size < REALTIME_SESSIONS_PER_MINUTE) v.sessions.add(session);
@@ -109,11 +115,32 @@ export class Realtime {
     return { visitors: union.size + overflow, pageviews, perMinute, pages: top(pages), sources: top(sources) };
   }
 
+  /**
+   * Drops the buckets of minutes more than REALTIME_KEPT_MS before `newest` (the newest receive time folded): an idle
+   * project's last 30 minutes of traffic (~15 KB of counters) would otherwise stay in the heap and every snapshot.
+   * Only a read with a clock stepped back by more than that could have shown them. True when nothing is left.
+   */
+  prune(newest: number): boolean {
+    const from = keptFrom(newest);
+    let left = 0;
+    for (let i = 0; i < this.minutes.length; i++) {
+      if (this.minutes[i] === undefined) continue;
+      if (this.minutes[i]!.minute < from) this.minutes[i] = undefined;
+      else left++;
+    }
+    for (let i = 0; i < this.visitors.length; i++) {
+      if (this.visitors[i] === undefined) continue;
+      if (this.visitors[i]!.minute < from) this.visitors[i] = undefined;
+      else left++;
+    }
+    return left === 0;
+  }
+
   toSnapshot(): RealtimeSnapshot {
     return {
       minutes: this.minutes
         .filter((b) => b !== undefined)
-        .map((b) => ({ minute: b.minute, pageviews: b.pageviews, pages: [...b.pages.counts], sources: [...b.sources.counts] })),
+        .map((b) => ({ minute: b.minute, pageviews: b.pageviews, pages: b.pages.pairs(), sources: b.sources.pairs() })),
       visitors: this.visitors
         .filter((v) => v !== undefined)
         .map((v) => ({ minute: v.minute, sessions: v.sessions.toArray(), overflow: v.overflow })),
@@ -124,8 +151,8 @@ export class Realtime {
     for (const m of s.minutes) {
       const b = new PageMinute(m.minute);
       b.pageviews = m.pageviews;
-      for (const [k, n] of m.pages) b.pages.counts.set(k, n);
-      for (const [k, n] of m.sources) b.sources.counts.set(k, n);
+      for (const [k, n] of m.pages) b.pages.set(k, n);
+      for (const [k, n] of m.sources) b.sources.set(k, n);
       this.minutes[m.minute % REALTIME_MINUTES] = b;
     }
     for (const v of s.visitors) {
@@ -135,6 +162,11 @@ export class Realtime {
       this.visitors[v.minute % REALTIME_VISITOR_MINUTES] = b;
     }
   }
+}
+
+/** The first minute counted when `newest` is the newest receive time folded. */
+function keptFrom(newest: number): number {
+  return Math.floor((newest - REALTIME_KEPT_MS) / MINUTE_MS);
 }
 
 function top(counts: Map<string, number>): Record<string, number> {

@@ -1,93 +1,238 @@
+import { intern } from './intern.ts';
 import type { RecentEvent } from './types.ts';
 
 export interface RingEntry extends RecentEvent {
   day: string;
 }
 
-/**
- * Strings that repeat from event to event (event names, URLs, sources, countries, devices, days) are shared by every
- * ring entry that holds them instead of one copy per entry: a ring entry is then its object and its session id
- * (~150 bytes instead of ~350). The table is bounded; when full it starts over (entries keep their strings).
- */
-const INTERNED_MAX = 100_000;
-let interned = new Map<string, string>();
+/** String fields of an entry, in column order; the session id is last (it is the only one not interned). */
+const STRING_FIELDS = 8;
+const SESSION = 7;
+/** Slots a ring starts with; it doubles up to its capacity (a project that sent 3 events holds 4 slots). */
+const FIRST_SLOTS = 4;
+/** Ids are Uint16: every string an entry refers to is held once, so at most STRING_FIELDS × capacity distinct. */
+const MAX_IDS = 65_536;
+/** The ids of the entry a push overwrites (scratch: pushes never interleave). */
+const evicted = new Uint16Array(STRING_FIELDS);
 
-function intern(s: string): string {
-  const hit = interned.get(s);
-  if (hit !== undefined) return hit;
-  if (interned.size >= INTERNED_MAX) interned = new Map();
-  interned.set(s, s);
-  return s;
+/**
+ * The ring as plain data (snapshots): the columns as they are in memory (slot order, `next` the oldest slot once
+ * full) and the string table (holes where ids are free). Captured with a copy of each array, restored without
+ * decoding an entry.
+ */
+export interface PackedRing {
+  count: number;
+  next: number;
+  ts: Float64Array;
+  ids: Uint16Array;
+  strings: Array<string | undefined>;
 }
 
-const PACKED_FIELDS = 9;
+/** A ring as a snapshot stored it, not decoded yet (see RecentRing.sleep). */
+export interface StoredRing {
+  /** the ring's snapshot form as the store wrote it */
+  bytes: Uint8Array;
+  load(): PackedRing | Array<string | number>;
+}
 
-/** A fixed-size ring of the newest events of one project; the oldest is overwritten. Grows to `capacity` as needed. */
+/**
+ * A fixed-size ring of the newest events of one project, kept compact: an entry is its time in a Float64Array and
+ * eight 16-bit ids into the ring's own string table (day, event, url, referrer, source, country, device, session id),
+ * 24 bytes plus its share of the distinct strings (~150 bytes an entry as objects). Each string is held once per ring
+ * with a count of the entries using it, and freed when the last one is overwritten. Entries are decoded only when a
+ * read walks them. The oldest entry is overwritten once `capacity` are held.
+ */
 export class RecentRing {
-  private items: (RingEntry | undefined)[] = [];
-  private next = 0;
+  private ts: Float64Array | undefined;
+  private ids: Uint16Array | undefined;
   private count = 0;
+  private next = 0;
+  private strings: Array<string | undefined> = [];
+  private uses: number[] = [];
+  private index: Map<string, number> | undefined;
+  private free: number[] | undefined;
   /** bumped on every push: a snapshot re-encodes only rings that changed since the last one */
   version = 0;
+  /** set while the ring sleeps: restored from a snapshot and not touched since (see sleep) */
+  private stored: StoredRing | undefined;
 
-  constructor(readonly capacity: number) {}
-
-  /** Keeps `entry` (its repeating strings replaced by shared copies). */
-  push(entry: RingEntry): void {
-    entry.day = intern(entry.day);
-    entry.event = intern(entry.event);
-    entry.url = intern(entry.url);
-    entry.referrer = intern(entry.referrer);
-    entry.source = intern(entry.source);
-    entry.country = intern(entry.country);
-    entry.device = intern(entry.device);
-    this.version++;
-    if (this.count < this.capacity) {
-      // Still filling: append (a project that sends 10 events holds 10 slots, not 1,000).
-      this.items.push(entry);
-      this.count++;
-      this.next = this.count % this.capacity;
-      return;
-    }
-    this.items[this.next] = entry;
-    this.next = (this.next + 1) % this.capacity;
+  constructor(readonly capacity: number) {
+    if (capacity * STRING_FIELDS > MAX_IDS) throw new Error(`a ring of ${capacity} entries needs more than 16-bit string ids`);
   }
 
-  /** Newest first. */
-  *newestFirst(): Generator<RingEntry> {
-    const n = this.count;
-    const size = this.items.length;
-    for (let i = 1; i <= n; i++) {
-      const e = this.items[(this.next - i + size) % size];
-      if (e) yield e;
-    }
+  get size(): number {
+    if (this.stored) this.wake();
+    return this.count;
   }
 
   /**
-   * Oldest first, flattened: 9 values per entry (day, ts, event, url, referrer, source, country, device, sessionId).
-   * One array of strings and numbers serializes and restores several times faster than as many objects.
+   * Keeps a restored ring as its stored bytes until it is touched (a push or a read): startup decodes nothing, an
+   * idle project's ring costs its bytes (~30 an entry), and snapshots write the bytes again as they are.
    */
-  packed(): Array<string | number> {
-    const out: Array<string | number> = new Array(this.count * PACKED_FIELDS);
-    let i = out.length;
-    for (const e of this.newestFirst()) {
-      i -= PACKED_FIELDS;
-      out[i] = e.day;
-      out[i + 1] = e.ts;
-      out[i + 2] = e.event;
-      out[i + 3] = e.url;
-      out[i + 4] = e.referrer;
-      out[i + 5] = e.source;
-      out[i + 6] = e.country;
-      out[i + 7] = e.device;
-      out[i + 8] = e.sessionId;
-    }
-    return out;
+  sleep(stored: StoredRing): void {
+    if (this.count !== 0) throw new Error('only an empty ring can sleep');
+    this.stored = stored;
   }
 
-  /** Pushes back what packed() gave, oldest first. */
-  pushPacked(p: ReadonlyArray<string | number>): void {
-    for (let i = 0; i + PACKED_FIELDS <= p.length; i += PACKED_FIELDS) {
+  private wake(): void {
+    const stored = this.stored!;
+    this.stored = undefined;
+    const p = stored.load();
+    if (Array.isArray(p)) this.pushFlat(p);
+    else this.restorePacked(p);
+  }
+
+  push(entry: RingEntry): void {
+    if (this.stored) this.wake();
+    this.version++;
+    let slot: number;
+    const evicting = this.count === this.capacity;
+    if (!evicting) {
+      slot = this.count;
+      if (this.ts === undefined || slot === this.ts.length) this.grow();
+      this.count++;
+      this.next = this.count % this.capacity;
+    } else {
+      slot = this.next;
+      this.next = (this.next + 1) % this.capacity;
+    }
+    const ids = this.ids!;
+    const at = slot * STRING_FIELDS;
+    // Take the new strings before releasing the old ones, so a string both hold is never freed and re-added.
+    if (evicting) for (let i = 0; i < STRING_FIELDS; i++) evicted[i] = ids[at + i]!;
+    this.ts![slot] = entry.ts;
+    ids[at] = this.ref(entry.day, true);
+    ids[at + 1] = this.ref(entry.event, true);
+    ids[at + 2] = this.ref(entry.url, true);
+    ids[at + 3] = this.ref(entry.referrer, true);
+    ids[at + 4] = this.ref(entry.source, true);
+    ids[at + 5] = this.ref(entry.country, true);
+    ids[at + 6] = this.ref(entry.device, true);
+    ids[at + SESSION] = this.ref(entry.sessionId, false);
+    if (evicting) for (let i = 0; i < STRING_FIELDS; i++) this.unref(evicted[i]!);
+  }
+
+  private grow(): void {
+    const slots = this.ts === undefined ? Math.min(FIRST_SLOTS, this.capacity) : Math.min(this.ts.length * 2, this.capacity);
+    const ts = new Float64Array(slots);
+    const ids = new Uint16Array(slots * STRING_FIELDS);
+    if (this.ts) {
+      ts.set(this.ts);
+      ids.set(this.ids!);
+    }
+    this.ts = ts;
+    this.ids = ids;
+  }
+
+  private ref(s: string, shared: boolean): number {
+    this.index ??= new Map();
+    let id = this.index.get(s);
+    if (id === undefined) {
+      id = this.free?.pop() ?? this.strings.length;
+      const kept = shared ? intern(s) : s;
+      this.strings[id] = kept;
+      this.uses[id] = 0;
+      this.index.set(kept, id);
+    }
+    this.uses[id]!++;
+    return id;
+  }
+
+  private unref(id: number): void {
+    if (--this.uses[id]! > 0) return;
+    this.index!.delete(this.strings[id]!);
+    this.strings[id] = undefined;
+    (this.free ??= []).push(id);
+  }
+
+  private entry(slot: number): RingEntry {
+    const ids = this.ids!;
+    const s = this.strings;
+    const at = slot * STRING_FIELDS;
+    return {
+      day: s[ids[at]!]!,
+      ts: this.ts![slot]!,
+      event: s[ids[at + 1]!]!,
+      url: s[ids[at + 2]!]!,
+      referrer: s[ids[at + 3]!]!,
+      source: s[ids[at + 4]!]!,
+      country: s[ids[at + 5]!]!,
+      device: s[ids[at + 6]!]!,
+      sessionId: s[ids[at + SESSION]!]!,
+    };
+  }
+
+  /** Newest first, each entry decoded as it is reached (a read stops after the few it shows). */
+  *newestFirst(): Generator<RingEntry> {
+    if (this.stored) this.wake();
+    const n = this.count;
+    for (let i = 1; i <= n; i++) yield this.entry((this.next - i + n) % n);
+  }
+
+  /** Oldest first (snapshot order, so pushing them back restores the ring). */
+  oldestFirst(): RingEntry[] {
+    return [...this.newestFirst()].reverse();
+  }
+
+  /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */
+  packed(): PackedRing | Uint8Array {
+    if (this.stored) return this.stored.bytes.slice();
+    const slots = this.count;
+    return {
+      count: this.count,
+      next: this.next,
+      ts: this.ts ? this.ts.slice(0, slots) : new Float64Array(0),
+      ids: this.ids ? this.ids.slice(0, slots * STRING_FIELDS) : new Uint16Array(0),
+      strings: this.strings.slice(),
+    };
+  }
+
+  /** Takes back what packed() gave (into an empty ring): counts the uses of each string again, nothing else. */
+  restorePacked(p: PackedRing): void {
+    if (this.count !== 0 || this.stored) throw new Error('restorePacked needs an empty ring');
+    if (p.count === 0) return;
+    if (p.count > this.capacity || p.ts.length !== p.count || p.ids.length !== p.count * STRING_FIELDS) throw new Error('a packed ring that does not fit');
+    let slots = Math.min(FIRST_SLOTS, this.capacity);
+    while (slots < p.count) slots = Math.min(slots * 2, this.capacity);
+    this.ts = new Float64Array(slots);
+    this.ts.set(p.ts);
+    this.ids = new Uint16Array(slots * STRING_FIELDS);
+    this.ids.set(p.ids);
+    this.count = p.count;
+    this.next = p.next;
+    const strings = p.strings;
+    const uses = new Array<number>(strings.length).fill(0);
+    const shared = new Uint8Array(strings.length);
+    for (let i = 0; i < p.ids.length; i++) {
+      const id = p.ids[i]!;
+      if (strings[id] === undefined) throw new Error('a packed ring refers to a missing string');
+      uses[id]!++;
+      if (i % STRING_FIELDS !== SESSION) shared[id] = 1;
+    }
+    this.index = new Map();
+    for (let id = 0; id < strings.length; id++) {
+      const s = strings[id];
+      if (s === undefined || uses[id] === 0) {
+        strings[id] = undefined;
+        (this.free ??= []).push(id);
+        continue;
+      }
+      const kept = shared[id] ? intern(s) : s;
+      strings[id] = kept;
+      // A string both a session id and another field hold is one entry (the table is keyed by the string).
+      this.index.set(kept, id);
+    }
+    this.strings = strings;
+    this.uses = uses;
+  }
+
+  /**
+   * Pushes back a ring in the flat form of snapshot version 3 (oldest first, 9 values per entry: day, ts, event, url,
+   * referrer, source, country, device, sessionId), so older snapshot files still load.
+   */
+  pushFlat(p: ReadonlyArray<string | number>): void {
+    if (this.stored) this.wake();
+    for (let i = 0; i + 9 <= p.length; i += 9) {
       this.push({
         day: p[i] as string,
         ts: p[i + 1] as number,
@@ -100,10 +245,5 @@ export class RecentRing {
         sessionId: p[i + 8] as string,
       });
     }
-  }
-
-  /** Oldest first (snapshot order, so pushing them back restores the ring). */
-  oldestFirst(): RingEntry[] {
-    return [...this.newestFirst()].reverse();
   }
 }

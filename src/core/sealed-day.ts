@@ -54,7 +54,7 @@ export interface SealedMonth {
 /** The sealed form of a live day. */
 export function sealDay(d: DayAggregate): SealedDay {
   const breakdowns: Record<string, Pairs> = {};
-  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   const out: SealedDay = { v: SEALED_VERSION, date: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, figures: d.figures()[0]!, breakdowns };
   if (d.users.size <= EXACT_USERS_PER_DAY) out.userHashes = d.users.toArray();
   else out.sketch = (d.sketch ?? sketchOf(d.users)).registers.slice();

@@ -1,8 +1,9 @@
-import { DayAggregate } from './day-aggregate.ts';
+import { DayAggregate, type StoredDay } from './day-aggregate.ts';
+import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
 import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
-import type { RecentRing } from './recent-ring.ts';
+import type { PackedRing, RecentRing, StoredRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
 
 /**
@@ -13,8 +14,12 @@ import { AnalyticsState } from './state.ts';
  * the insight breakdowns, revenue and tracked props) is one entry of `breakdowns`; a project carries its realtime
  * minutes (small and bounded, so they are written whole each time).
  */
-/** 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. */
-export const SNAPSHOT_VERSION = 3;
+/**
+ * 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. 4: rings as
+ * columns and a string table (PackedRing), small live days in their compact form. Version 3 files still load.
+ */
+export const SNAPSHOT_VERSION = 4;
+const LOADABLE_VERSIONS: readonly number[] = [3, 4];
 
 type Pairs = [string, number][];
 
@@ -34,10 +39,18 @@ export interface DaySnapshot {
 
 export interface ProjectSnapshot {
   id: string;
-  /** each live day, or as the caller's encoder gave it (the store decodes encoded days before restoring) */
-  days: Array<DaySnapshot | Encoded>;
-  /** the ring, oldest first, 9 values per entry (RecentRing.packed), or as the caller's encoder gave it */
-  recent: Array<string | number> | Uint8Array | Encoded;
+  /**
+   * each live day: as data, as the stored bytes of a day still asleep (daySnapshot), or as the caller's encoder gave it;
+   * read back as data or, lazily, as StoredDays (the store decodes the rest before restoring)
+   */
+  days: Array<DaySnapshot | Uint8Array | Encoded | StoredDay>;
+  /** [date, firstSeq, lastSeq] of each live day, in `days` order: lets a reader keep days asleep (absent before version 4) */
+  index?: Array<[string, number, number]>;
+  /**
+   * the ring (RecentRing.packed), or as the caller's encoder gave it; in version 3 files a flat array, oldest first,
+   * 9 values per entry; read back lazily as a StoredRing
+   */
+  recent: PackedRing | Array<string | number> | Uint8Array | Encoded | StoredRing;
   monthly: Pairs;
   realtime: RealtimeSnapshot;
 }
@@ -59,15 +72,20 @@ export interface Encoded {
 }
 
 /** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */
-export type RingEncoder = (projectId: string, ring: RecentRing) => Array<string | number> | Encoded;
+export type RingEncoder = (projectId: string, ring: RecentRing) => PackedRing | Uint8Array | Encoded;
 
 /** How a snapshot holds a live day: as data by default; the engine passes an encoder that caches unchanged days. */
-export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Encoded;
+export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Uint8Array | Encoded;
 
-/** One live day as plain data (its hash tables copied as they are in memory). */
-export function daySnapshot(d: DayAggregate): DaySnapshot {
+/**
+ * One live day as plain data (its hash tables copied as they are in memory), or a copy of its stored bytes while it
+ * sleeps (written as they are: nothing is decoded to snapshot a day nobody touched).
+ */
+export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
+  const stored = d.storedBytes();
+  if (stored) return stored.slice();
   const breakdowns: Record<string, Pairs> = {};
-  for (const [name, c] of d.breakdowns()) if (c.counts.size > 0) breakdowns[name] = [...c.counts];
+  for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   return {
     day: d.day,
     firstSeq: d.firstSeq,
@@ -89,11 +107,16 @@ export function toSnapshot(
 ): SnapshotData {
   const projects: ProjectSnapshot[] = [];
   for (const [id, p] of state.projects) {
-    const days: Array<DaySnapshot | Encoded> = [];
-    for (const d of p.days.values()) days.push(encodeDay(id, d));
+    const days: Array<DaySnapshot | Uint8Array | Encoded> = [];
+    const index: Array<[string, number, number]> = [];
+    for (const d of p.days.values()) {
+      days.push(encodeDay(id, d));
+      index.push([d.day, d.firstSeq, d.lastSeq]);
+    }
     projects.push({
       id,
       days,
+      index,
       recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
       realtime: p.realtime.toSnapshot(),
@@ -104,37 +127,25 @@ export function toSnapshot(
 
 /** The state a snapshot describes; days due for sealing are handed over again on the next record (or collectSealable). */
 export function fromSnapshot(data: SnapshotData): AnalyticsState {
-  if (data.version !== SNAPSHOT_VERSION) throw new Error(`unsupported snapshot version ${data.version}`);
+  if (!LOADABLE_VERSIONS.includes(data.version)) throw new Error(`unsupported snapshot version ${data.version}`);
   const state = new AnalyticsState();
   state.lastSeq = data.lastSeq;
   state.maxRt = data.maxRt;
   state.nextSealCheck = 0;
   for (const ps of data.projects) {
     const p = state.project(ps.id);
-    for (const encoded of ps.days) {
-      if ('key' in encoded) throw new Error('a day still encoded: the store decodes days before restoring');
-      const ds = encoded;
-      const d = new DayAggregate(ds.day);
-      d.firstSeq = ds.firstSeq;
-      d.lastSeq = ds.lastSeq;
-      d.pageviews = ds.pageviews;
-      d.bounces = ds.bounces;
-      d.sessionsWithPageview = ds.sessionsWithPageview;
-      d.bots = ds.bots;
-      d.sessions = NumberCounts.fromRaw(ds.sessions);
-      d.users = NumberSet.fromRaw(ds.users);
-      // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
-      if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
-      for (const [name, pairs] of Object.entries(ds.breakdowns)) {
-        const c = d.breakdown(name);
-        if (c) for (const [k, v] of pairs) c.counts.set(k, v);
-      }
-      p.days.set(ds.day, d);
+    for (const d of ps.days) {
+      if (d instanceof Uint8Array || 'key' in d) throw new Error('a day still encoded: the store decodes days before restoring');
+      p.days.set(d.day, 'load' in d ? DayAggregate.asleep(d) : DayAggregate.restore(d));
     }
-    if (!Array.isArray(ps.recent)) throw new Error('a ring still encoded: the store decodes rings before restoring');
-    p.recent.pushPacked(ps.recent);
+    const recent = ps.recent;
+    if (Array.isArray(recent)) p.recent.pushFlat(recent);
+    else if (recent instanceof Uint8Array || 'key' in recent) throw new Error('a ring still encoded: the store decodes rings before restoring');
+    else if ('load' in recent) p.recent.sleep(recent);
+    else p.recent.restorePacked(recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
     p.realtime.restore(ps.realtime);
+    state.realtimeHeld.add(p);
   }
   return state;
 }

@@ -1,7 +1,7 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMidnight, utcMonthOf } from './dates.ts';
 import { hash53 } from './hash.ts';
-import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
+import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
@@ -33,6 +33,10 @@ export class AnalyticsState {
   nextSealCheck = 0;
   /** days handed over for sealing, not yet taken by the engine */
   sealQueue: SealRequest[] = [];
+  /** projects that may hold realtime minutes: pruned every REALTIME_KEPT_MS of receive time, dropped once empty */
+  readonly realtimeHeld = new Set<ProjectState>();
+  /** maxRt at which they are pruned next */
+  nextRealtimePrune = 0;
 
   project(id: string): ProjectState {
     let p = this.projects.get(id);
@@ -93,6 +97,16 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
   }
   state.lastSeq = seq;
   if (state.maxRt >= state.nextSealCheck) collectSealable(state);
+  if (state.maxRt >= state.nextRealtimePrune) pruneRealtime(state);
+}
+
+/**
+ * Drops realtime minutes no read can show any more (Realtime.prune), so an idle project holds none. Runs once per
+ * REALTIME_KEPT_MS of receive time over the projects that had events since; when it runs changes no answer.
+ */
+export function pruneRealtime(state: AnalyticsState): void {
+  for (const p of state.realtimeHeld) if (p.realtime.prune(state.maxRt)) state.realtimeHeld.delete(p);
+  state.nextRealtimePrune = state.maxRt + REALTIME_KEPT_MS;
 }
 
 function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {
@@ -109,7 +123,8 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
-  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source);
+  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt);
+  state.realtimeHeld.add(p);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }

@@ -3,8 +3,10 @@ import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'n
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
+import type { StoredDay } from '../core/day-aggregate.ts';
+import type { PackedRing } from '../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
-import { DIGEST_BYTES, MAGIC } from './snapshot-format.ts';
+import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
 /**
  * Snapshots of the live state as files `snapshot-<seq>.bin` (layout: snapshot-format.ts), written by a worker thread
@@ -55,13 +57,19 @@ export class SnapshotFiles {
       if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) transfer.push(b.buffer as ArrayBuffer);
     };
     for (const p of data.projects) {
-      if ('key' in p.recent && p.recent.bytes) own(p.recent.bytes);
+      // Copies made by the capture: a sleeping day's or ring's bytes (a copy of what it holds), packed columns, tables.
+      const r = p.recent;
+      if (r instanceof Uint8Array) own(r);
+      else if ('key' in r) {
+        if (r.bytes) own(r.bytes);
+      } else if ('ts' in r) transfer.push(r.ts.buffer as ArrayBuffer, r.ids.buffer as ArrayBuffer);
       for (const d of p.days) {
-        if ('key' in d) {
+        if (d instanceof Uint8Array) own(d);
+        else if ('key' in d) {
           if (d.bytes) own(d.bytes);
-          continue;
+        } else if ('sessions' in d) {
+          transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
         }
-        transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
       }
     }
     const worker = this.startWorker();
@@ -131,7 +139,8 @@ export class SnapshotFiles {
 
   /**
    * The newest snapshot covering at most `maxSeq` (a snapshot ahead of the log cannot be trusted: the log is the
-   * truth) that passes its checksum, or undefined. Skipped files are reported through `onSkip`.
+   * truth) that passes its checksum, or undefined. Skipped files are reported through `onSkip`. Its projects' rings
+   * and days are read from the file when first asked for (restore right away: the file must still be there).
    */
   loadNewest(maxSeq: number, onSkip: (file: string, why: string) => void): SnapshotData | undefined {
     for (const file of this.files().reverse()) {
@@ -141,7 +150,8 @@ export class SnapshotFiles {
         continue;
       }
       try {
-        return readSnapshot(full);
+        // Lazily: startup decodes one project at a time (the file is checked whole first).
+        return readSnapshot(full, true);
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
@@ -179,47 +189,153 @@ export class SnapshotFiles {
   }
 }
 
-/** A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. */
-function readSnapshot(file: string): SnapshotData {
+/** Bytes read from the file at a time while checking it (frames are mostly ~1 KB). */
+const READ_CHUNK = 4 << 20;
+
+/** Reads a file's frames in order through a buffer of READ_CHUNK bytes, knowing where each one starts. */
+class FrameReader {
+  private buf = Buffer.allocUnsafe(READ_CHUNK);
+  private start = 0;
+  private end = 0;
+  /** file offset of buf[0] */
+  private base = 0;
+
+  constructor(private readonly fd: number) {}
+
+  /** The file offset of the next byte read. */
+  get position(): number {
+    return this.base + this.start;
+  }
+
+  /** The next `n` bytes (a view valid until the next call). */
+  read(n: number): Buffer {
+    if (this.end - this.start < n) this.fill(n);
+    const out = this.buf.subarray(this.start, this.start + n);
+    this.start += n;
+    return out;
+  }
+
+  private fill(n: number): void {
+    const kept = this.end - this.start;
+    const size = Math.max(READ_CHUNK, n);
+    const next = size > this.buf.length ? Buffer.allocUnsafe(size) : this.buf;
+    this.buf.copy(next, 0, this.start, this.end);
+    this.buf = next;
+    this.base += this.start;
+    this.start = 0;
+    this.end = kept;
+    while (this.end < n) {
+      const r = readSync(this.fd, this.buf, this.end, this.buf.length - this.end, this.base + this.end);
+      if (r === 0) throw new Error('truncated');
+      this.end += r;
+    }
+  }
+}
+
+/**
+ * A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. `lazy`: each
+ * project's ring and live days stay as their bytes (StoredRing, StoredDay: one buffer per project), decoded when first
+ * touched, so startup decodes nothing and an idle project costs its bytes. Otherwise everything is decoded.
+ */
+function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
   try {
-    let pos = 0;
-    const read = (n: number): Buffer => {
-      const b = Buffer.allocUnsafe(n);
-      let got = 0;
-      while (got < n) {
-        const r = readSync(fd, b, got, n - got, pos);
-        if (r === 0) throw new Error('truncated');
-        got += r;
-        pos += r;
-      }
-      return b;
-    };
-    if (!read(MAGIC.length).equals(MAGIC)) throw new Error('bad header');
+    const r = new FrameReader(fd);
+    const magic = r.read(MAGIC.length);
+    if (magic.equals(MAGIC_V2)) return readV2(r);
+    if (!magic.equals(MAGIC)) throw new Error('bad header');
     const hash = createHash('sha256');
-    const frames: unknown[] = [];
-    for (;;) {
-      const head = read(4);
-      const len = head.readUInt32LE(0);
-      if (len === 0) break;
-      const body = read(len);
-      hash.update(head).update(body);
-      frames.push(deserialize(body));
-    }
-    if (!hash.digest().equals(read(DIGEST_BYTES))) throw new Error('checksum mismatch');
-    const header = frames[0] as Omit<SnapshotData, 'projects'> & { projects: number };
+    const header = decode(nextFrame(r, hash)) as Omit<SnapshotData, 'projects'> & { projects: number };
     const projects: ProjectSnapshot[] = [];
-    let i = 1;
     for (let n = 0; n < header.projects; n++) {
-      const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
-      const days: DaySnapshot[] = [];
-      for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
-      // A ring the snapshotter sent as bytes (see Snapshotter.encodeRing) is a serialized packed array.
-      const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as Array<string | number>) : p.recent;
-      projects.push({ ...p, recent, days });
+      // Project frames are small (id, monthly counters, realtime minutes, the days' index): decoded as they pass.
+      const { days: count, ...p } = decode(nextFrame(r, hash)) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
+      const index = p.index;
+      if (!lazy || !index || index.length !== count) {
+        const recent = decode(nextFrame(r, hash)) as PackedRing;
+        const days: DaySnapshot[] = [];
+        for (let d = 0; d < count; d++) days.push(decode(nextFrame(r, hash)) as DaySnapshot);
+        projects.push({ ...p, recent, days });
+        continue;
+      }
+      // The ring and day frames are consecutive: note where each body is, then read them all again into one buffer
+      // of the project's own (a pooled Buffer would keep an 8 KB slab alive per small project).
+      const from = r.position;
+      const spans: Array<[number, number]> = [];
+      for (let d = 0; d <= count; d++) {
+        const body = nextFrame(r, hash);
+        spans.push([r.position - body.length - from, body.length]);
+      }
+      const all = readRange(fd, from, r.position - from);
+      const part = ([at, length]: [number, number]) => all.subarray(at, at + length);
+      const ringBytes = part(spans[0]!);
+      const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {
+        const bytes = part(spans[i + 1]!);
+        return { day, firstSeq, lastSeq, bytes, load: () => decode(bytes) as DaySnapshot };
+      });
+      projects.push({ ...p, recent: { bytes: ringBytes, load: () => decode(ringBytes) as PackedRing }, days });
     }
+    if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
+    if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
     return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
   } finally {
     closeSync(fd);
   }
+}
+
+/** `length` bytes of the file at `offset`, in a buffer of their own. */
+function readRange(fd: number, offset: number, length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  for (let got = 0; got < length; ) {
+    const n = readSync(fd, out, got, length - got, offset + got);
+    if (n === 0) throw new Error('truncated');
+    got += n;
+  }
+  return out;
+}
+
+/** The next frame's body, hashed (a view into the reader's buffer: valid until the next read). */
+function nextFrame(r: FrameReader, hash: ReturnType<typeof createHash>): Buffer {
+  const head = r.read(4);
+  const length = head.readUInt32LE(0);
+  if (length === 0) throw new Error('fewer frames than the header says');
+  hash.update(head);
+  const body = r.read(length);
+  hash.update(body);
+  return body;
+}
+
+/** A frame body as its value: bytes that hold serialized bytes (a day or ring written while asleep) are unwrapped. */
+function decode(body: Uint8Array): unknown {
+  let v: unknown = deserialize(body);
+  while (v instanceof Uint8Array) v = deserialize(v);
+  return v;
+}
+
+/** A file in the layout before MAGIC (the ring inside the project frame), read whole. */
+function readV2(r: FrameReader): SnapshotData {
+  const hash = createHash('sha256');
+  const frames: unknown[] = [];
+  for (;;) {
+    const head = r.read(4);
+    const len = head.readUInt32LE(0);
+    if (len === 0) break;
+    hash.update(head);
+    const body = r.read(len);
+    hash.update(body);
+    frames.push(deserialize(body));
+  }
+  if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
+  const header = frames[0] as Omit<SnapshotData, 'projects'> & { projects: number };
+  const projects: ProjectSnapshot[] = [];
+  let i = 1;
+  for (let n = 0; n < header.projects; n++) {
+    const p = frames[i++] as Omit<ProjectSnapshot, 'days'> & { days: number };
+    const days: DaySnapshot[] = [];
+    for (let d = 0; d < p.days; d++) days.push(frames[i++] as DaySnapshot);
+    // A ring the snapshotter sent as bytes (see Snapshotter.encode) is a serialized flat array (snapshot version 3).
+    const recent = p.recent instanceof Uint8Array ? (deserialize(p.recent) as Array<string | number>) : p.recent;
+    projects.push({ ...p, recent, days });
+  }
+  return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
 }

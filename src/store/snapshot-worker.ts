@@ -19,6 +19,9 @@ interface WriteRequest {
   file: string;
 }
 
+/** Bytes gathered before one write: big enough that a write costs little per frame, small enough to hold. */
+const WRITE_BATCH_BYTES = 1 << 20;
+
 /** The bytes of every day and ring as last sent, by key: unchanged ones arrive as their key alone. */
 const held = new Map<string, Uint8Array>();
 
@@ -49,22 +52,36 @@ async function writeTo(tmp: string, data: SnapshotData, file: string): Promise<n
   const fh = await openFile(tmp, 'w', 0o600);
   const hash = createHash('sha256');
   let bytes = 0;
+  let pending: Uint8Array[] = [];
+  let pendingBytes = 0;
+  const flush = async () => {
+    if (pending.length === 0) return;
+    const out = Buffer.concat(pending, pendingBytes);
+    pending = [];
+    pendingBytes = 0;
+    for (let done = 0; done < out.length; ) done += (await fh.write(out, done, out.length - done)).bytesWritten;
+  };
   const frame = async (value: unknown) => {
     // Bytes the main thread already serialized (cached days and rings) are written as they are.
     const body = value instanceof Uint8Array ? value : serialize(value);
     const head = frameHeader(body.length);
     hash.update(head).update(body);
-    await fh.writev([head, body]);
+    pending.push(head, body);
+    pendingBytes += head.length + body.length;
     bytes += head.length + body.length;
+    // Small frames (a small live day is ~1 KB) go out in batches: one write per frame was 100,000 writes.
+    if (pendingBytes >= WRITE_BATCH_BYTES) await flush();
   };
   try {
     await fh.write(MAGIC);
     await frame({ version: data.version, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length });
     for (const p of data.projects) {
       const { days, recent, ...rest } = p;
-      await frame({ ...rest, recent: isEncoded(recent) ? resolve(recent, seen) : recent, days: days.length });
+      await frame({ ...rest, days: days.length });
+      await frame(isEncoded(recent) ? resolve(recent, seen) : recent);
       for (const d of days) await frame(isEncoded(d) ? resolve(d, seen) : d);
     }
+    await flush();
     await fh.write(frameHeader(0));
     await fh.write(hash.digest());
     await fh.sync();

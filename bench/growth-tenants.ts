@@ -1,0 +1,55 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { BenchChild, REPO_ROOT } from './lib/child.ts';
+import type { BuildResult } from './growth/growth-worker.ts';
+
+/**
+ * `npx tsx bench/growth-tenants.ts [--events=2000000] [--projects=10000] [--days=365]`: only state (b) of
+ * `npm run bench -- --growth` (many projects, Zipf traffic, a year), at any size: built through the real reducer and
+ * sealer, then started in a fresh service process (startup to serving, RSS and heap after a full GC). One JSON line.
+ */
+
+const arg = (name: string, dflt: number) => {
+  const a = process.argv.find((x) => x.startsWith(`--${name}=`));
+  return a === undefined ? dflt : Number(a.slice(name.length + 3));
+};
+const WORKER = path.join(REPO_ROOT, 'bench/growth/growth-worker.ts');
+const NODE_ARGS = ['--expose-gc', '--max-old-space-size=8192'];
+
+const dir = path.join(mkdtempSync(path.join(tmpdir(), 'growth-tenants-')), 'b');
+const lastDay = new Date().toISOString().slice(0, 10);
+try {
+  const builder = new BenchChild(WORKER, { nodeArgs: NODE_ARGS });
+  let build: BuildResult;
+  try {
+    build = await builder.call<BuildResult>('build', { dir, projects: arg('projects', 10_000), events: arg('events', 2_000_000), days: arg('days', 365), lastDay });
+  } finally {
+    await builder.stop();
+  }
+  const server = new BenchChild(WORKER, { nodeArgs: NODE_ARGS });
+  try {
+    const served = await server.call<{ startMs: number; rssBytes: number }>('serve', { dir, adminKey: build.adminKey });
+    const mem = await server.call<{ rssBytes: number; heapUsedBytes: number }>('memory');
+    await server.call('stop');
+    const mib = (b: number) => Math.round(b / 2 ** 20);
+    console.log(
+      JSON.stringify({
+        projects: build.projects,
+        events: build.events,
+        buildS: Math.round(build.seconds),
+        liveDays: build.liveDays,
+        sealedDays: build.sealedDays,
+        snapshotMiB: mib(build.snapshotBytes),
+        startMs: Math.round(served.startMs),
+        rssMiB: mib(served.rssBytes),
+        rssLaterMiB: mib(mem.rssBytes),
+        heapMiB: mib(mem.heapUsedBytes),
+      }),
+    );
+  } finally {
+    await server.stop();
+  }
+} finally {
+  rmSync(path.dirname(dir), { recursive: true, force: true });
+}

@@ -1,0 +1,308 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { deserialize, serialize } from 'node:v8';
+import fc from 'fast-check';
+import { CappedCounter } from '../src/core/capped-counter.ts';
+import { OTHER_KEY } from '../src/core/limits.ts';
+import { metrics } from '../src/core/metrics.ts';
+import { NumberCounts, NumberSet } from '../src/core/number-table.ts';
+import { RecentRing, type RingEntry } from '../src/core/recent-ring.ts';
+import { fromSnapshot, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
+import { AnalyticsState, apply } from '../src/core/state.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+import { SnapshotFiles } from '../src/store/snapshot-files.ts';
+import { frameHeader, MAGIC_V2 } from '../src/store/snapshot-format.ts';
+import { referenceMetrics } from './reference-model.ts';
+
+/**
+ * The compact live forms: a small day keeps its sessions and users as plain arrays and its breakdowns as short flat
+ * lists, and takes hash tables and Maps once it grows past them (32 sessions or users, 8 keys a breakdown); a ring
+ * keeps its entries as columns of ids into its own string table. Both must answer exactly as the full forms do, through
+ * promotion, snapshots and restores at any point.
+ */
+
+const DAYS = ['2026-11-19', '2026-11-20'];
+const PATHS = Array.from({ length: 24 }, (_, i) => `/p${i}`);
+const TRACKED = ['plan'];
+
+/** Wide enough that a day crosses every promotion threshold in some runs and none in others. */
+const eventArb: fc.Arbitrary<StoredEvent> = fc
+  .record({
+    day: fc.constantFrom(...DAYS),
+    event: fc.constantFrom('page_view', 'page_view', 'signup', 'click', 'purchase'),
+    path: fc.constantFrom(...PATHS),
+    source: fc.constantFrom('Direct', 'Google', 'a.example', 'b.example', 'c.example', 'd.example', 'e.example', 'f.example', 'g.example', 'h.example'),
+    session: fc.integer({ min: 1, max: 60 }),
+    user: fc.option(fc.integer({ min: 0, max: 45 }), { nil: undefined }),
+    country: fc.constantFrom('DE', 'US', 'FR', 'Unknown'),
+    ts: fc.integer({ min: 0, max: 86_399_999 }),
+    browser: fc.option(fc.constantFrom('Chrome', 'Firefox'), { nil: undefined }),
+    plan: fc.option(fc.constantFrom('free', 'pro', 'team'), { nil: undefined }),
+    cents: fc.option(fc.integer({ min: 1, max: 100_000 }), { nil: undefined }),
+    currency: fc.constantFrom('EUR', 'usd', 'GBP'),
+    rtMinute: fc.integer({ min: 0, max: 40 }),
+  })
+  .map((r) => {
+    const sessionId = `s${r.session}`;
+    return {
+      t: 'e',
+      p: 'p_a',
+      ts: Date.parse(`${r.day}T00:00:00Z`) + r.ts,
+      rt: Date.parse('2026-11-21T00:00:00Z') + r.rtMinute * 60_000,
+      day: r.day,
+      event: r.event,
+      url: `https://site.example${r.path}`,
+      path: r.path,
+      referrer: '',
+      source: r.source,
+      sessionId,
+      user: r.user !== undefined ? `u:${r.user}` : `s:${sessionId}`,
+      country: r.country,
+      device: 'desktop',
+      params: (r.cents === undefined ? {} : { value: r.cents / 100, currency: r.currency }) as StoredEvent['params'],
+      ...(r.browser ? { browser: r.browser } : {}),
+      ...(r.plan ? { props: { plan: r.plan } } : {}),
+    } satisfies StoredEvent;
+  });
+
+function fold(events: StoredEvent[], state = new AnalyticsState(), from = 0, to = events.length): AnalyticsState {
+  for (let i = from; i < to; i++) apply(state, i + 1, events[i]!);
+  return state;
+}
+
+function restore(state: AnalyticsState): AnalyticsState {
+  return fromSnapshot(deserialize(serialize(toSnapshot(state))) as SnapshotData);
+}
+
+const RANGES: Array<[string, string]> = [[DAYS[0]!, DAYS[0]!], [DAYS[1]!, DAYS[1]!], [DAYS[0]!, DAYS[1]!]];
+
+describe('compact live days', () => {
+  test('a day folded in its compact form, promoted at a random point, snapshotted and restored, answers like a naive recomputation', () => {
+    let crossed = 0;
+    fc.assert(
+      fc.property(fc.array(eventArb, { maxLength: 260, size: 'max' }), fc.nat(), fc.nat(), (events, a, b) => {
+        // Two restarts at random points: before, between or after the promotions.
+        const cuts = [a % (events.length + 1), b % (events.length + 1)].sort((x, y) => x - y);
+        let state = fold(events, new AnalyticsState(), 0, cuts[0]);
+        state = restore(state);
+        fold(events, state, cuts[0], cuts[1]);
+        state = restore(state);
+        fold(events, state, cuts[1]);
+        const whole = fold(events);
+        for (const d of whole.project('p_a').days.values()) if (d.sessions.size > 32 || d.users.size > 32) crossed++;
+        for (const [from, to] of RANGES) {
+          const got = metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED });
+          assert.deepEqual(got, metrics(whole, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+          const { projectId, from: f, to: t, timezone, daily, bots, ...figures } = got;
+          assert.deepEqual(figures, referenceMetrics(events, 'p_a', from, to, TRACKED));
+        }
+      }),
+      { numRuns: 120 },
+    );
+    assert.ok(crossed > 20, `the runs must cross the promotion threshold often enough to test it (${crossed})`);
+  });
+
+  test('a breakdown answers like a Map with the same cap, below, across and past its list form', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 20 }),
+        fc.array(fc.tuple(fc.constantFrom(...'abcdefghijklmnopq'.split(''), OTHER_KEY), fc.integer({ min: 1, max: 5 })), { maxLength: 80 }),
+        (cap, adds) => {
+          const c = new CappedCounter(cap);
+          const ref = new Map<string, number>();
+          for (const [k, n] of adds) {
+            c.add(k, n);
+            const had = ref.get(k);
+            if (had !== undefined) ref.set(k, had + n);
+            else if (ref.size < cap || k === OTHER_KEY) ref.set(k, n);
+            else ref.set(OTHER_KEY, (ref.get(OTHER_KEY) ?? 0) + n);
+          }
+          assert.deepEqual(c.pairs(), [...ref]);
+          assert.equal(c.size, ref.size);
+          const summed = new Map<string, number>();
+          c.sumInto(summed);
+          assert.deepEqual([...summed], [...ref]);
+          assert.deepEqual([...c.counts], [...ref], 'the Map view has the same keys in the same order');
+        },
+      ),
+    );
+  });
+
+  test('hash tables answer like a Map and a Set in both forms, and come back from raw() in the form their size calls for', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.integer({ min: 0, max: 90 }), fc.nat(1000)), { maxLength: 150 }), (ops) => {
+        const counts = new NumberCounts();
+        const set = new NumberSet();
+        const refCounts = new Map<number, number>();
+        const refSet = new Set<number>();
+        for (const [k0, v] of ops) {
+          const k = k0 === 0 ? 0 : k0 * 1_234_567_891.5; // 0 is a key too
+          counts.set(k, v);
+          refCounts.set(k, v);
+          assert.equal(set.add(k), !refSet.has(k));
+          refSet.add(k);
+        }
+        for (const [k] of refCounts) assert.equal(counts.get(k), refCounts.get(k));
+        assert.equal(counts.get(7), -1);
+        assert.equal(counts.size, refCounts.size);
+        assert.equal(set.size, refSet.size);
+        const back = NumberCounts.fromRaw(deserialize(serialize(counts.raw())));
+        const entries: Array<[number, number]> = [];
+        back.forEachEntry((k, v) => entries.push([k, v]));
+        assert.deepEqual(entries.sort((x, y) => x[0] - y[0]), [...refCounts].sort((x, y) => x[0] - y[0]));
+        const backSet = NumberSet.fromRaw(deserialize(serialize(set.raw())));
+        assert.deepEqual([...backSet.toArray()].sort((x, y) => x - y), [...refSet].sort((x, y) => x - y));
+        for (const k of refSet) assert.ok(backSet.has(k));
+      }),
+    );
+  });
+});
+
+const TEXT = fc.oneof(
+  fc.constantFrom('', '/', 'https://shop.example/', 'Direct', 'DE', 'desktop', 'page_view', '2026-11-20'),
+  fc.string({ unit: 'grapheme', maxLength: 12 }),
+  fc.string({ unit: 'binary', maxLength: 40 }),
+  fc.constantFrom('ünïcødé/päth', '日本語のページ', '👩‍👩‍👧‍👦 family', '\u0000nul', 'x'.repeat(2048), '🙂'.repeat(600)),
+);
+
+const entryArb: fc.Arbitrary<RingEntry> = fc.record({
+  day: fc.constantFrom('2026-11-19', '2026-11-20', '2026-11-21'),
+  ts: fc.oneof(fc.integer({ min: 0, max: 2 ** 42 }), fc.double({ noNaN: true, noDefaultInfinity: true })),
+  event: fc.oneof(fc.constantFrom('page_view', 'signup'), TEXT),
+  url: TEXT,
+  referrer: TEXT,
+  source: TEXT,
+  country: fc.constantFrom('DE', 'US', 'Unknown'),
+  device: fc.constantFrom('desktop', 'mobile'),
+  sessionId: fc.oneof(fc.constantFrom('s1', 's2', 's3', 'Direct', '/'), TEXT),
+}).map((e) => ({ ...e })); // plain objects (fast-check's records have no prototype)
+
+describe('compact recent-event rings', () => {
+  test('round trips: entries read back newest first, through eviction, snapshots and further pushes (unicode and long strings)', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 12 }), fc.array(entryArb, { maxLength: 60 }), fc.nat(), (capacity, entries, cut) => {
+        const k = cut % (entries.length + 1);
+        const ring = new RecentRing(capacity);
+        const model: RingEntry[] = [];
+        const push = (r: RecentRing, e: RingEntry) => {
+          r.push({ ...e });
+          model.push(e);
+          if (model.length > capacity) model.shift();
+        };
+        for (const e of entries.slice(0, k)) push(ring, e);
+        assert.deepEqual([...ring.newestFirst()], [...model].reverse());
+        // Through v8 serialization, as the snapshot writer stores it, into a fresh ring; then both go on.
+        const restored = new RecentRing(capacity);
+        restored.restorePacked(deserialize(serialize(ring.packed())));
+        assert.deepEqual([...restored.newestFirst()], [...model].reverse());
+        const shadow: RingEntry[] = [...model];
+        for (const e of entries.slice(k)) {
+          push(restored, e);
+          ring.push({ ...e });
+          shadow.push(e);
+        }
+        assert.deepEqual([...restored.newestFirst()], [...model].reverse());
+        assert.deepEqual([...ring.newestFirst()], shadow.slice(-capacity).reverse());
+        assert.equal(restored.size, Math.min(capacity, entries.length));
+        assert.deepEqual(restored.oldestFirst(), model);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test('a full ring frees the strings of the entries it overwrites', () => {
+    const ring = new RecentRing(1000);
+    const base = { day: '2026-11-20', event: 'page_view', referrer: '', source: 'Direct', country: 'DE', device: 'desktop' };
+    for (let i = 0; i < 50_000; i++) ring.push({ ...base, ts: i, url: `https://site.example/p${i}`, sessionId: `s${i}` });
+    const packed = ring.packed();
+    assert.ok(!(packed instanceof Uint8Array));
+    const held = packed.strings.filter((s) => s !== undefined).length;
+    // 1,000 urls and 1,000 session ids, plus the six shared strings: nothing of the 49,000 overwritten entries.
+    assert.equal(held, 2006);
+    const newest = [...ring.newestFirst()];
+    assert.equal(newest.length, 1000);
+    assert.equal(newest[0]!.sessionId, 's49999');
+    assert.equal(newest[999]!.url, 'https://site.example/p49000');
+  });
+
+  test('a ring in the flat form of snapshot version 3 loads', () => {
+    const ring = new RecentRing(4);
+    const entries = Array.from({ length: 6 }, (_, i) => ({ day: '2026-11-20', ts: i, event: 'e', url: `/u${i}`, referrer: '', source: 'Direct', country: 'DE', device: 'desktop', sessionId: `s${i % 2}` }));
+    ring.pushFlat(entries.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]));
+    assert.deepEqual(ring.oldestFirst(), entries.slice(2));
+  });
+});
+
+describe('days and rings asleep after a restore', () => {
+  test('a state restored from a snapshot file stays asleep until touched, is snapshotted again as it is, and answers like the whole fold', async () => {
+    const events = fc.sample(eventArb, { numRuns: 400, seed: 5 }).map((e, i) => ({ ...e, p: i % 3 === 0 ? 'p_b' : 'p_a' }));
+    const whole = fold(events);
+    const dir = mkdtempSync(path.join(tmpdir(), 'asleep-'));
+    try {
+      const files = new SnapshotFiles(dir);
+      const cut = 250;
+      await files.write(toSnapshot(fold(events, new AnalyticsState(), 0, cut)));
+      const first = fromSnapshot(files.loadNewest(cut, (f, why) => assert.fail(`${f}: ${why}`))!);
+      for (const p of first.projects.values()) for (const d of p.days.values()) assert.ok(d.storedBytes(), 'restored days sleep');
+      // Touch one project only (a read); the other stays asleep and is written again from its bytes.
+      metrics(first, 'p_a', 'UTC', DAYS[0]!, DAYS[1]!);
+      assert.ok([...first.project('p_a').days.values()].every((d) => d.storedBytes() === undefined));
+      assert.ok([...first.project('p_b').days.values()].every((d) => d.storedBytes() !== undefined));
+      first.lastSeq = cut + 1; // a new file name (the state is the same)
+      await files.write(toSnapshot(first));
+      const second = fromSnapshot(files.loadNewest(cut + 1, (f, why) => assert.fail(`${f}: ${why}`))!);
+      second.lastSeq = cut;
+      fold(events, second, cut);
+      await files.close();
+      for (const p of ['p_a', 'p_b']) {
+        for (const [from, to] of RANGES) {
+          const opts = { trackedProps: TRACKED, compare: { from: DAYS[0]!, to: DAYS[0]! } };
+          assert.deepEqual(metrics(second, p, 'UTC', from, to, opts), metrics(whole, p, 'UTC', from, to, opts));
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('older snapshots', () => {
+  test('a snapshot file of the previous layout and version (rings as flat arrays inside the project frame) still restores', () => {
+    const events = fc.sample(eventArb, { numRuns: 300, seed: 11 });
+    const state = fold(events);
+    const data = toSnapshot(state);
+    // Written as the previous writer did: MAGIC ASNAP002, version 3, the ring as a flat array in the project frame.
+    const frames: Buffer[] = [serialize({ version: 3, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length })];
+    for (const p of data.projects) {
+      const ring = state.project(p.id).recent.oldestFirst();
+      const flat = ring.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]);
+      frames.push(serialize({ id: p.id, monthly: p.monthly, realtime: p.realtime, recent: serialize(flat), days: p.days.length }));
+      for (const d of p.days) frames.push(serialize(d));
+    }
+    const dir = mkdtempSync(path.join(tmpdir(), 'old-snapshot-'));
+    try {
+      mkdirSync(path.join(dir, 'snapshots'));
+      const hash = createHash('sha256');
+      const parts: Buffer[] = [MAGIC_V2];
+      for (const f of frames) {
+        const head = frameHeader(f.length);
+        hash.update(head).update(f);
+        parts.push(head, f);
+      }
+      parts.push(frameHeader(0), hash.digest());
+      writeFileSync(path.join(dir, 'snapshots', `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`), Buffer.concat(parts));
+      const loaded = new SnapshotFiles(dir).loadNewest(data.lastSeq, (f, why) => assert.fail(`${f}: ${why}`));
+      assert.ok(loaded);
+      const restored = fromSnapshot(loaded);
+      for (const [from, to] of RANGES) {
+        assert.deepEqual(metrics(restored, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }), metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
