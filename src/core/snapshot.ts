@@ -40,6 +40,8 @@ export interface ProjectSnapshot {
   recent: Array<string | number> | Uint8Array | Encoded;
   monthly: Pairs;
   realtime: RealtimeSnapshot;
+  /** cluster mode: the eventIds applyOnce remembers, [id, receive time] in fold order (absent when none) */
+  ids?: Array<[string, number]>;
 }
 
 export interface SnapshotData {
@@ -91,13 +93,15 @@ export function toSnapshot(
   for (const [id, p] of state.projects) {
     const days: Array<DaySnapshot | Encoded> = [];
     for (const d of p.days.values()) days.push(encodeDay(id, d));
-    projects.push({
+    const ps: ProjectSnapshot = {
       id,
       days,
       recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
       realtime: p.realtime.toSnapshot(),
-    });
+    };
+    if (p.eventIds && p.eventIds.size > 0) ps.ids = [...p.eventIds];
+    projects.push(ps);
   }
   return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, maxRt: state.maxRt, projects };
 }
@@ -135,6 +139,7 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
     p.recent.pushPacked(ps.recent);
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
     p.realtime.restore(ps.realtime);
+    if (ps.ids && ps.ids.length > 0) p.eventIds = new Map(ps.ids);
   }
   return state;
 }
