@@ -1,0 +1,162 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { Kvm } from '@nats-io/kv';
+import type { KeyRecord, ProjectRecord } from '../src/store/log-store.ts';
+import { KvCatalog } from '../src/store/nats/catalog.ts';
+import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
+import { ensureResources, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
+import { KvSalts } from '../src/store/nats/salts.ts';
+import { fnv1a32 } from '../src/core/hash.ts';
+import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+
+/** Catalog, salts and snapshots on a real 3-server nats-server cluster (CLUSTER.md §5, §8), unique names per test. */
+
+/** Streams are tiny in tests: each reserves max_bytes of the servers' 4 GB file store. */
+const TEST_STREAM_BYTES = 16 * 1024 * 1024;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let cluster: NatsCluster;
+let a: NatsConnection;
+let b: NatsConnection;
+let tagN = 0;
+const tag = () => `s${process.pid}_${tagN++}`;
+
+const hashOf = (key: string) => createHash('sha256').update(key).digest('hex');
+
+function project(id: string, name = id): ProjectRecord {
+  return { id, name, ownerId: 'owner-1', allowedOrigins: [], allowedReferrers: [], timezone: 'UTC', monthlyQuota: 0, createdAt: 1 };
+}
+
+function key(projectId: string | undefined, kind: KeyRecord['kind'] = 'secret'): KeyRecord {
+  return projectId === undefined ? { kind, ownerId: 'owner-1', createdAt: 1 } : { kind, projectId, ownerId: 'owner-1', createdAt: 1 };
+}
+
+async function waitFor(what: string, cond: () => boolean, ms: number): Promise<number> {
+  const started = Date.now();
+  while (!cond()) {
+    if (Date.now() - started > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(10);
+  }
+  return Date.now() - started;
+}
+
+before(async () => {
+  cluster = await startNatsCluster();
+  a = await connectNats(cluster.urlList.slice(0, 1), 'store-a'); // node A talks to server 1, node B to server 3
+  b = await connectNats(cluster.urlList.slice(2), 'store-b');
+});
+
+after(async () => {
+  await a?.close();
+  await b?.close();
+  await cluster?.stop();
+});
+
+describe('cluster resources', () => {
+  test('are created once: the first start decides the partition count and later starts read it', async () => {
+    const t = tag();
+    const first = await ensureResources(a, { tag: t, partitions: 5, maxStreamBytes: TEST_STREAM_BYTES, retentionDays: 30 });
+    const second = await ensureResources(b, { tag: t, partitions: 9, maxStreamBytes: TEST_STREAM_BYTES });
+    assert.equal(first.partitions, 5);
+    assert.equal(second.partitions, 5, 'a later start keeps the first start\'s P');
+    assert.deepEqual(first.names, resourceNames(t));
+    const jsm = await (await import('@nats-io/jetstream')).jetstreamManager(a);
+    const info = await jsm.streams.info(first.names.stream);
+    assert.equal(info.config.num_replicas, 3);
+    assert.equal(info.config.discard, 'new');
+    assert.equal(info.config.max_bytes, TEST_STREAM_BYTES);
+    assert.equal(info.config.duplicate_window, 120e9);
+    assert.equal(info.config.max_age, 30 * 86_400e9);
+    assert.deepEqual(info.config.subjects, [`${first.names.eventSubjectPrefix}.*`]);
+  });
+
+  test('partitionOf is fnv1a32 mod P, stable across versions', () => {
+    assert.equal(fnv1a32(''), 0x811c9dc5);
+    assert.equal(fnv1a32('a'), 0xe40c292c);
+    assert.equal(fnv1a32('foobar'), 0xbf9cf968);
+    assert.equal(partitionOf('foobar', 16), 0xbf9cf968 % 16);
+  });
+});
+
+describe('the KV catalog', () => {
+  test('mirrors across two connections: a key put on one is seen on the other within 1 s, deletes too', async () => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const kvB = await new Kvm(b).open(res.names.catalog);
+    const ca = await KvCatalog.open(res.catalog);
+    const cb = await KvCatalog.open(kvB);
+    try {
+      await Promise.all([ca.ready(), cb.ready()]);
+      const changes: string[] = [];
+      cb.onChange((c) => changes.push(`${c.kind}:${c.id}`));
+      const p = project('p_one');
+      const h = hashOf('sk_one');
+      await ca.putProject(p, [[h, key('p_one')]]);
+      assert.deepEqual(ca.project('p_one'), p, 'read-your-writes on the writing node');
+      const took = await waitFor('B to see the project and key', () => cb.project('p_one') !== undefined && cb.key(h) !== undefined, 1_000);
+      assert.ok(took < 1_000);
+      assert.deepEqual(cb.keys('p_one'), [[h, key('p_one')]]);
+      assert.deepEqual(changes, [`key:${h}`, 'project:p_one'], 'keys first, then the project');
+      // an id outside KV's key alphabet still round-trips
+      await ca.putProject(project('weird id/ü'), []);
+      await waitFor('B to see the odd id', () => cb.project('weird id/ü') !== undefined, 1_000);
+      await ca.deleteProject('p_one');
+      assert.equal(ca.project('p_one'), undefined);
+      assert.equal(ca.key(h), undefined);
+      await waitFor('B to see the delete', () => cb.project('p_one') === undefined && cb.key(h) === undefined, 1_000);
+      // a new catalog on a bucket with history is ready only with its values
+      const cc = await KvCatalog.open(kvB);
+      await cc.ready();
+      assert.deepEqual(cc.projects().map((x) => x.id), ['weird id/ü']);
+      await cc.close();
+    } finally {
+      await ca.close();
+      await cb.close();
+    }
+  });
+
+  test('refreshKey finds a key written a moment ago past the mirror, and the admin key is created by the first node only', async () => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const kvB = await new Kvm(b).open(res.names.catalog);
+    const ca = await KvCatalog.open(res.catalog);
+    await ca.ready();
+    try {
+      const h = hashOf('sk_fresh');
+      await kvB.put(`key.${h}`, JSON.stringify(key('p_x'))); // straight into the bucket, as another node does
+      assert.deepEqual(await ca.refreshKey(h), key('p_x'));
+      assert.deepEqual(ca.key(h), key('p_x'));
+      assert.equal(await ca.refreshKey(hashOf('sk_never')), undefined);
+      assert.equal(await ca.refreshKey('not-a-hash'), undefined);
+
+      const admin = hashOf('ak_0123456789abcdefghijklmn');
+      const cb = await KvCatalog.open(kvB);
+      await cb.ready();
+      const won = await Promise.all([ca.ensureAdminKey(admin, key(undefined, 'admin')), cb.ensureAdminKey(admin, key(undefined, 'admin'))]);
+      assert.deepEqual(won.filter(Boolean).length, 1, 'one node stores it');
+      assert.equal(ca.key(admin)?.kind, 'admin');
+      assert.equal(cb.key(admin)?.kind, 'admin');
+      await cb.close();
+    } finally {
+      await ca.close();
+    }
+  });
+});
+
+describe('shared salts', () => {
+  test('createOrGet has one winner under concurrency; load lists every day; remove purges one', async () => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const sa = new KvSalts(res.catalog);
+    const sb = new KvSalts(await new Kvm(b).open(res.names.catalog));
+    const tries = Array.from({ length: 8 }, (_, i) => ({ day: '2026-11-23', key: `salt-${i}` }));
+    const got = await Promise.all(tries.map((s, i) => (i % 2 === 0 ? sa : sb).createOrGet(s)));
+    const winners = new Set(got.map((s) => s.key));
+    assert.equal(winners.size, 1, `every node got the same salt: ${[...winners]}`);
+    assert.ok(tries.some((t) => t.key === got[0]!.key));
+    await sb.createOrGet({ day: '2026-11-22', key: 'older' });
+    assert.deepEqual(await sa.load(), [{ day: '2026-11-22', key: 'older' }, got[0]]);
+    await sa.remove('2026-11-22');
+    assert.deepEqual(await sb.load(), [got[0]]);
+    // the day can be salted again after a purge
+    assert.deepEqual(await sb.createOrGet({ day: '2026-11-22', key: 'again' }), { day: '2026-11-22', key: 'again' });
+  });
+});
