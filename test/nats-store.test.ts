@@ -8,6 +8,16 @@ import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
 import { ensureResources, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { KvSalts } from '../src/store/nats/salts.ts';
 import { fnv1a32 } from '../src/core/hash.ts';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Objm } from '@nats-io/obj';
+import { toSnapshot } from '../src/core/snapshot.ts';
+import { AnalyticsState, apply } from '../src/core/state.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+import { ObjectSnapshotStore, snapshotObjectName } from '../src/store/nats/snapshots.ts';
+import { FileSnapshotStore } from '../src/store/file-snapshot-store.ts';
+import { SnapshotFiles } from '../src/store/snapshot-files.ts';
 import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
 /** Catalog, salts and snapshots on a real 3-server nats-server cluster (CLUSTER.md §5, §8), unique names per test. */
@@ -158,5 +168,97 @@ describe('shared salts', () => {
     assert.deepEqual(await sb.load(), [got[0]]);
     // the day can be salted again after a purge
     assert.deepEqual(await sb.createOrGet({ day: '2026-11-22', key: 'again' }), { day: '2026-11-22', key: 'again' });
+  });
+});
+
+const T0 = Date.UTC(2026, 10, 23, 12);
+function ev(n: number): StoredEvent {
+  return {
+    t: 'e', p: `proj-${n % 3}`, ts: T0 + n * 1000, rt: T0 + n * 1000, day: '2026-11-23', event: 'pageview', url: `https://example.com/${n % 5}`, path: `/${n % 5}`,
+    referrer: '', source: 'Direct', sessionId: `s${n % 11}`, user: `s:s${n % 11}`, country: 'DE', device: 'desktop', params: {},
+  };
+}
+
+/** A state folded from `n` events; a fresh toSnapshot each call (the writer takes over the typed arrays it is given). */
+function stateOf(n: number): AnalyticsState {
+  const st = new AnalyticsState();
+  for (let i = 1; i <= n; i++) apply(st, i, ev(i));
+  return st;
+}
+
+describe('object-store snapshots', () => {
+  const dirs: string[] = [];
+  const tmp = () => {
+    const d = mkdtempSync(path.join(tmpdir(), 'nats-snap-'));
+    dirs.push(d);
+    return d;
+  };
+  after(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  test('round trip through the object store, 2 kept per partition, a damaged one skipped for an older one', async () => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const writer = await ObjectSnapshotStore.open(a, res.names.snapshots, tmp());
+    const reader = await ObjectSnapshotStore.open(b, res.names.snapshots, tmp()); // another node: empty cache
+    try {
+      const states = [10, 20, 30].map(stateOf);
+      for (const [i, st] of states.entries()) await writer.write(3, toSnapshot(st), `e:batch-${i}`);
+      await writer.write(4, toSnapshot(stateOf(5)), 'r:other-partition');
+      assert.deepEqual(await writer.objectSeqs(3), [30, 20], 'the 2 newest are kept');
+      assert.deepEqual(await writer.objectSeqs(4), [5]);
+
+      const skipped: string[] = [];
+      const got = await reader.loadNewest(3, 1_000, (name, why) => skipped.push(`${name}: ${why}`));
+      assert.ok(got);
+      assert.equal(got.lastBatchId, 'e:batch-2');
+      assert.deepEqual(got.data, toSnapshot(states[2]!), 'the state comes back as written');
+      assert.equal(skipped.length, 0);
+
+      // bounded by the log: a snapshot beyond maxSeq is skipped
+      const older = await reader.loadNewest(3, 25, (name, why) => skipped.push(`${name}: ${why}`));
+      assert.equal(older?.data.lastSeq, 20);
+      assert.equal(older?.lastBatchId, 'e:batch-1');
+      assert.match(skipped[0]!, /p03\/0000000000000030: covers records beyond/);
+
+      // damage the newest object (one byte flipped in a frame, stored as a valid object), on a node with no cache
+      const os = await new Objm(a).open(res.names.snapshots);
+      const bytes = await os.getBlob(snapshotObjectName(3, 30));
+      assert.ok(bytes);
+      const bad = Uint8Array.from(bytes);
+      bad[40] = bad[40]! ^ 0xff;
+      await os.putBlob({ name: snapshotObjectName(3, 30) }, bad);
+      const third = await ObjectSnapshotStore.open(b, res.names.snapshots, tmp());
+      const why: string[] = [];
+      const fallback = await third.loadNewest(3, 1_000, (name, w) => why.push(`${name}: ${w}`));
+      assert.equal(fallback?.data.lastSeq, 20, 'the older snapshot is used');
+      assert.equal(why.length, 1);
+      assert.match(why[0]!, /p03\/0000000000000030: /);
+      await third.close();
+
+      // a partition without snapshots
+      assert.equal(await reader.loadNewest(7, 1_000, () => {}), undefined);
+    } finally {
+      await writer.close();
+      await reader.close();
+    }
+  });
+
+  test('the single-node files sit behind the same seam (partition 0)', async () => {
+    const dir = tmp();
+    const store = new FileSnapshotStore(new SnapshotFiles(dir));
+    try {
+      await store.write(0, toSnapshot(stateOf(7)));
+      const got = await store.loadNewest(0, 100, () => {});
+      assert.deepEqual(got?.data, toSnapshot(stateOf(7)));
+      await assert.rejects(store.write(1, toSnapshot(stateOf(1))), RangeError);
+      assert.equal(readdirSync(path.join(dir, 'snapshots')).length, 1);
+      writeFileSync(path.join(dir, 'snapshots', 'snapshot-0000000000000009.bin'), 'not a snapshot');
+      const skipped: string[] = [];
+      assert.equal((await store.loadNewest(0, 100, (f) => skipped.push(f)))?.data.lastSeq, 7);
+      assert.equal(skipped.length, 1);
+    } finally {
+      await store.close();
+    }
   });
 });
