@@ -9,7 +9,7 @@ import { LmdbEventLog } from '../src/store/lmdb-event-log.ts';
 import { LogStore } from '../src/store/log-store.ts';
 import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
 import { batchIdFor, JetStreamEventLog, LogUnavailable, WATCHDOG_STALL_MS } from '../src/store/nats/event-log.ts';
-import { ensureResources, partitionOf } from '../src/store/nats/resources.ts';
+import { ensureEventStream, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import type { EventLog, LogEntry } from '../src/store/seams.ts';
 import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
@@ -99,7 +99,7 @@ const subjects: Subject[] = [
     transportDuplicates: true,
     end: (e) => e.seq,
     async make() {
-      const res = await ensureResources(nc, { tag: tag(), partitions: 4, maxStreamBytes: TEST_STREAM_BYTES });
+      const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 4 };
       const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions);
       return { log, partition: partitionOf('proj-a', res.partitions), cleanup: () => log.close() };
     },
@@ -119,7 +119,7 @@ after(async () => {
 });
 
 for (const s of subjects) {
-  describe(`the event log contract holds for ${s.name}`, () => {
+  describe(`the event log contract holds for ${s.name}`, { concurrency: true }, () => {
     test('appends come back in order, a batch is one entry, read starts after the given sequence and lastSeq is the newest', async () => {
       const { log, partition: p, cleanup } = await s.make();
       try {
@@ -182,9 +182,10 @@ for (const s of subjects) {
   });
 }
 
-describe('the JetStream event log', () => {
+// These share the cluster without faulting it: concurrently (the watchdog test mostly waits out its 10 s stall).
+describe('the JetStream event log', { concurrency: true }, () => {
   test('keeps partitions apart: each subject reads and ends on its own', async () => {
-    const res = await ensureResources(nc, { tag: tag(), partitions: 3, maxStreamBytes: TEST_STREAM_BYTES });
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 3 };
     const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions);
     try {
       const seqs: number[][] = [[], [], []];
@@ -200,7 +201,7 @@ describe('the JetStream event log', () => {
   });
 
   test('a follower delivers past and live entries in order, each once, and stops', async () => {
-    const res = await ensureResources(nc, { tag: tag(), partitions: 2, maxStreamBytes: TEST_STREAM_BYTES });
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 2 };
     const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions);
     try {
       const appended: number[] = [];
@@ -226,7 +227,7 @@ describe('the JetStream event log', () => {
   });
 
   test('the watchdog revives a follower whose consumer was deleted server-side', async () => {
-    const res = await ensureResources(nc, { tag: tag(), partitions: 1, maxStreamBytes: TEST_STREAM_BYTES });
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 1 };
     const lines: string[] = [];
     const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions, { consumerPrefix: 'wd', log: (l) => lines.push(l) });
     const jsm = await jetstreamManager(nc);
@@ -259,20 +260,59 @@ describe('the JetStream event log', () => {
     }
   });
 
+  test('an append nobody acknowledges is retried under its id until the deadline, then fails as LogUnavailable', async () => {
+    // no stream listens on these subjects: every attempt meets no responders, as while a stream has no leader
+    const log = await JetStreamEventLog.open(nc, [followNc], resourceNames(`absent${process.pid}`), 1, { publishDeadlineMs: 1_000 });
+    const started = Date.now();
+    const err = await log.append(0, [ev('p', 1)], 'r:never').then(() => undefined, (e: unknown) => e);
+    const took = Date.now() - started;
+    assert.ok(err instanceof LogUnavailable, `LogUnavailable, not ${String(err)}`);
+    assert.equal(err.reason, 'deadline');
+    assert.ok(took >= 900 && took < 10_000, `gave up after the deadline (${took} ms)`);
+  });
+
+  test('a full stream refuses appends at once as LogUnavailable (discard: new keeps history)', async () => {
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: 64 * 1024 }), partitions: 1 };
+    const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions);
+    const big = Array.from({ length: 40 }, (_, i) => ev('p', i));
+    let stored = 0;
+    let refused: unknown;
+    for (let i = 0; i < 50 && refused === undefined; i++) {
+      try {
+        await log.append(0, big, `r:full${i}`);
+        stored++;
+      } catch (err) {
+        refused = err;
+      }
+    }
+    assert.ok(refused instanceof LogUnavailable, `refused as LogUnavailable, not ${String(refused)}`);
+    assert.equal(refused.reason, 'full');
+    assert.ok(stored > 0);
+    assert.equal((await collect(log, 0, 0)).length, stored, 'what was stored stays');
+  });
+
+});
+
+describe('the JetStream event log across a stream-leader kill', () => {
   test('appends across a stream-leader kill lose nothing: every acknowledged batch is stored exactly once', { timeout: 120_000 }, async () => {
-    const res = await ensureResources(nc, { tag: tag(), partitions: 2, maxStreamBytes: TEST_STREAM_BYTES });
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 2 };
     const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions);
     try {
       const acked = new Map<string, number>();
       const failures: unknown[] = [];
       const TOTAL = 400;
       let next = 0;
+      let longest = 0;
+      let duplicates = 0;
       const worker = async () => {
         while (next < TOTAL) {
           const i = next++;
           const recs = [ev(`proj-${i % 2}`, i, `k-${i}`)];
           try {
+            const t = Date.now();
             const a = await log.append(i % 2, recs, batchIdFor(`proj-${i % 2}`, recs));
+            longest = Math.max(longest, Date.now() - t);
+            if (a.duplicate) duplicates++;
             acked.set(`k-${i}`, a.seq);
           } catch (err) {
             failures.push(err);
@@ -302,6 +342,7 @@ describe('the JetStream event log', () => {
       }
       for (const id of acked.keys()) assert.equal(seen.get(id), 1, `${id} stored exactly once`);
       assert.equal(seen.size, TOTAL);
+      console.log(`# leader ${leader} killed: longest append ${longest} ms, ${duplicates} answered duplicate (a retry of a stored batch)`);
     } finally {
       await log.close();
     }

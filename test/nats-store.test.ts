@@ -8,6 +8,9 @@ import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
 import { ensureResources, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { KvSalts } from '../src/store/nats/salts.ts';
 import { fnv1a32 } from '../src/core/hash.ts';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -63,7 +66,7 @@ after(async () => {
   await cluster?.stop();
 });
 
-describe('cluster resources', () => {
+describe('cluster resources', { concurrency: true }, () => {
   test('are created once: the first start decides the partition count and later starts read it', async () => {
     const t = tag();
     const first = await ensureResources(a, { tag: t, partitions: 5, maxStreamBytes: TEST_STREAM_BYTES, retentionDays: 30 });
@@ -89,7 +92,7 @@ describe('cluster resources', () => {
   });
 });
 
-describe('the KV catalog', () => {
+describe('the KV catalog', { concurrency: true }, () => {
   test('mirrors across two connections: a key put on one is seen on the other within 1 s, deletes too', async () => {
     const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
     const kvB = await new Kvm(b).open(res.names.catalog);
@@ -152,7 +155,7 @@ describe('the KV catalog', () => {
   });
 });
 
-describe('shared salts', () => {
+describe('shared salts', { concurrency: true }, () => {
   test('createOrGet has one winner under concurrency; load lists every day; remove purges one', async () => {
     const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
     const sa = new KvSalts(res.catalog);
@@ -186,7 +189,7 @@ function stateOf(n: number): AnalyticsState {
   return st;
 }
 
-describe('object-store snapshots', () => {
+describe('object-store snapshots', { concurrency: true }, () => {
   const dirs: string[] = [];
   const tmp = () => {
     const d = mkdtempSync(path.join(tmpdir(), 'nats-snap-'));
@@ -260,5 +263,28 @@ describe('object-store snapshots', () => {
     } finally {
       await store.close();
     }
+  });
+});
+
+describe('deploy/nats', () => {
+  test('holds three valid nats-server configs that differ only in name, ports and store_dir', () => {
+    const dir = fileURLToPath(new URL('../deploy/nats/', import.meta.url));
+    const texts = [1, 2, 3].map((i) => readFileSync(path.join(dir, `n${i}.conf`), 'utf8'));
+    for (const [i, text] of texts.entries()) {
+      const r = spawnSync('nats-server', ['-t', '-c', path.join(dir, `n${i + 1}.conf`)], { encoding: 'utf8' });
+      assert.equal(r.status, 0, `n${i + 1}.conf: ${r.stderr}${r.stdout}`);
+      assert.match(text, new RegExp(`listen: 127\\.0\\.0\\.1:422${i + 1}`));
+      assert.match(text, new RegExp(`http: 127\\.0\\.0\\.1:822${i + 1}`));
+      assert.match(text, new RegExp(`store_dir: "\\./storage-nats/n${i + 1}"`));
+      assert.match(text, /max_payload: 4MB/);
+      const generic = text
+        .replace(new RegExp(`n${i + 1}\\b`, 'g'), 'nX')
+        .replace(/^(\s*listen: 127\.0\.0\.1:)\d+$/gm, '$1X')
+        .replace(/^http: .*$/m, 'http: X')
+        .replace(/server \d of 3/, 'server X of 3');
+      texts[i] = generic;
+    }
+    assert.equal(texts[1], texts[0]);
+    assert.equal(texts[2], texts[0]);
   });
 });

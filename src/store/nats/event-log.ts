@@ -187,10 +187,11 @@ export class JetStreamEventLog implements EventLog {
       } catch (err) {
         if (isFull(err)) throw new LogUnavailable('full', `the event stream is full: ${(err as Error).message}`, { cause: err });
         if (!isTransient(err)) throw err;
-        if (this.closed || Date.now() + pause >= deadline) {
+        const left = deadline - Date.now();
+        if (this.closed || left <= 0) {
           throw new LogUnavailable('deadline', `the event stream did not acknowledge batch ${batchId} within ${this.deadlineMs} ms (${attempt} attempts): ${(err as Error).message}`, { cause: err });
         }
-        await sleep(pause);
+        await sleep(Math.min(pause, left)); // the last attempt goes out at the deadline
         pause = Math.min(pause * 2, RETRY_MAX_MS);
       }
     }
