@@ -260,6 +260,31 @@ describe('the JetStream event log', { concurrency: true }, () => {
     }
   });
 
+  test('a replay whose consumer is deleted server-side midway is resumed by a fresh consumer and reads every entry once', async () => {
+    const res = { names: await ensureEventStream(nc, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES }), partitions: 1 };
+    const lines: string[] = [];
+    const log = await JetStreamEventLog.open(nc, [followNc], res.names, res.partitions, { consumerPrefix: 'rd', log: (l) => lines.push(l) });
+    const jsm = await jetstreamManager(nc);
+    try {
+      // ~40 KB per entry: more than the chunk (256 entries) and one 5 MiB pull together, so the rest needs new pulls
+      const batch = Array.from({ length: 100 }, (_, i) => ev('p', i));
+      const TOTAL = 600;
+      for (let i = 0; i < TOTAL; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => log.append(0, batch, `r:rd${i + j}`)));
+      const it = log.read(0, 0)[Symbol.asyncIterator]();
+      const first = await it.next();
+      assert.ok(!first.done);
+      const seqs = first.value.map((e) => e.seq);
+      for await (const ci of jsm.consumers.list(res.names.stream)) if (ci.name.startsWith('rd_read_p0_')) await jsm.consumers.delete(res.names.stream, ci.name);
+      for (let r = await it.next(); !r.done; r = await it.next()) seqs.push(...r.value.map((e) => e.seq));
+      assert.equal(seqs.length, TOTAL, 'every entry');
+      assert.equal(new Set(seqs).size, TOTAL, 'each once');
+      assert.deepEqual([...seqs].sort((x, y) => x - y), seqs, 'in order');
+      console.log(`# replay after its consumer was deleted: ${lines.join(' | ') || 'no stall (the client recovered by itself)'}`);
+    } finally {
+      await log.close();
+    }
+  });
+
   test('an append nobody acknowledges is retried under its id until the deadline, then fails as LogUnavailable', async () => {
     // no stream listens on these subjects: every attempt meets no responders, as while a stream has no leader
     const log = await JetStreamEventLog.open(nc, [followNc], resourceNames(`absent${process.pid}`), 1, { publishDeadlineMs: 1_000 });

@@ -229,31 +229,58 @@ export class JetStreamEventLog implements EventLog {
     return c.consume({ max_bytes: PULL_MAX_BYTES });
   }
 
+  /**
+   * Entries after `afterSeq` up to the partition's end as of the call. A consumer that delivers nothing for
+   * WATCHDOG_STALL_MS (the stall followers are guarded against) is replaced by a fresh one from the last entry read.
+   */
   async *read(partition: number, afterSeq: number): AsyncIterable<LogEntry[]> {
     this.subject(partition);
     const release = await this.slots.acquire();
-    let messages: ConsumerMessages | undefined;
     try {
-      const end = await this.lastSeq(partition);
-      if (end <= afterSeq) return;
-      messages = await this.openConsumer(partition, afterSeq + 1, 'read');
+      let end = await this.lastSeq(partition);
+      let last = afterSeq;
       let chunk: LogEntry[] = [];
-      for await (const m of messages) {
-        if (m.seq <= afterSeq) continue;
-        const e = this.decode(m);
-        if (e instanceof BadLogMessage) this.onBad(e);
-        else chunk.push(e);
-        if (m.seq >= end) break;
-        if (chunk.length >= READ_CHUNK_ENTRIES) {
-          const out = chunk;
-          chunk = [];
-          yield out;
+      while (last < end) {
+        const messages = await this.openConsumer(partition, last + 1, 'read');
+        let progress = Date.now();
+        let stalled = false;
+        const watch = setInterval(() => {
+          if (Date.now() - progress < WATCHDOG_STALL_MS) return;
+          stalled = true;
+          void messages.close().catch(() => {});
+        }, WATCHDOG_INTERVAL_MS);
+        watch.unref();
+        try {
+          for await (const m of messages) {
+            progress = Date.now();
+            if (m.seq <= last) continue;
+            if (m.seq > end) break; // the message at `end` was removed meanwhile (max_age): a newer one ends the read
+            last = m.seq;
+            const e = this.decode(m);
+            if (e instanceof BadLogMessage) this.onBad(e);
+            else chunk.push(e);
+            if (last >= end) break;
+            if (chunk.length >= READ_CHUNK_ENTRIES) {
+              const out = chunk;
+              chunk = [];
+              yield out;
+              progress = Date.now(); // the caller's time is not the consumer's stall
+            }
+          }
+        } finally {
+          clearInterval(watch);
+          await messages.close().catch(() => {});
         }
+        if (last >= end) break;
+        if (stalled) this.log(`partition ${partition}: replay stalled at ${last} (end ${end}) for ${WATCHDOG_STALL_MS} ms: new consumer`);
+        // a consumer that stalled or ended early: the end may also have gone (retention), so look again
+        const now = await this.lastSeq(partition);
+        if (now <= last) break;
+        end = Math.min(end, now);
       }
       if (chunk.length > 0) yield chunk;
     } finally {
       release();
-      if (messages) await messages.close().catch(() => {});
     }
   }
 
@@ -374,7 +401,14 @@ class JsFollower implements Follower {
           this.lastSeq = m.seq;
           this.lastProgress = Date.now();
           if (e instanceof BadLogMessage) this.log.reportBad(e);
-          else this.onEntry(e);
+          else {
+            try {
+              this.onEntry(e);
+            } catch (err) {
+              // the caller's fault, not the log's: reported, and the tail goes on in order (never re-delivered)
+              this.log.report(`partition ${this.partition}: onEntry failed at ${e.seq}: ${err instanceof Error ? err.message : String(err)}`);
+            }
+          }
           this.maybeCaughtUp();
         }
       } catch (err) {
