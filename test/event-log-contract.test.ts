@@ -174,6 +174,7 @@ for (const s of subjects) {
         } else {
           assert.equal(b.duplicate, false);
           assert.equal((await collect(log, p, 0)).length, 2);
+          assert.throws(() => log.follow(p, 0, () => {}), /folds each batch inline/, 'LMDB has no live tail: the engine folds inline');
         }
       } finally {
         await cleanup();
