@@ -317,6 +317,11 @@ export class LogStore {
     }
   }
 
+  /** First sequences of the log's entries (one appended batch each) from `fromSeq` on: LmdbEventLog groups by them. */
+  *entryStarts(fromSeq: number): Generator<number> {
+    for (const key of this.log.getKeys({ start: Math.max(fromSeq, STRUCTURES_KEY + 1) })) yield key;
+  }
+
   /** Entries, records and stored value bytes of the log (bench: bytes per event). */
   logSize(): { entries: number; records: number; bytes: number } {
     let entries = 0;

@@ -180,7 +180,7 @@ export class SnapshotFiles {
 }
 
 /** A snapshot file's data, after checking its header and SHA-256 frame by frame; throws on any mismatch. */
-function readSnapshot(file: string): SnapshotData {
+export function readSnapshot(file: string): SnapshotData {
   const fd = openSync(file, 'r');
   try {
     let pos = 0;
