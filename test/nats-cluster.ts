@@ -166,7 +166,7 @@ export async function startNatsCluster(): Promise<NatsCluster> {
       );
     },
     async stop() {
-      await Promise.all(servers.map(async (_, i) => this.kill(i, 'SIGTERM')));
+      await Promise.all(servers.map(async (_, i) => (this as NatsCluster).kill(i, 'SIGTERM')));
       rmSync(dir, { recursive: true, force: true });
     },
   };
