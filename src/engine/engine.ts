@@ -10,6 +10,7 @@ import { classifySource, type ClientFacts } from '../enrich/index.ts';
 import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Backend } from './backend.ts';
+import { ClusterBackend } from './cluster-backend.ts';
 import { LmdbBackend } from './lmdb-backend.ts';
 import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
@@ -47,6 +48,9 @@ import type {
 
 /** CONTRACT: default monthly allowance per project. */
 const DEFAULT_MONTHLY_QUOTA = 100_000;
+/** Cluster: lookups past the catalog mirror for unknown keys, per client IP (a key made elsewhere appears within ms). */
+const KEY_REFRESH_RATE = 5;
+const KEY_REFRESH_BURST = 10;
 /** Salts rotate at midnight UTC; checking each minute keeps the rotation within a minute of it. */
 const SALT_CHECK_EVERY_MS = 60_000;
 
@@ -62,6 +66,8 @@ export interface EngineOptions {
   version: string;
   /** the clock; injected so tests can move time */
   now?: () => number;
+  /** cluster mode, tests: a suffix for every NATS resource name (each test its own stream and buckets) */
+  clusterTag?: string | undefined;
   log?: (line: string) => void;
 }
 
@@ -108,15 +114,20 @@ export class Engine implements AnalyticsEngine {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
     const ops = opts.ops;
-    const lmdb = await LmdbBackend.open(opts.config, now, log, ops);
-    const engine = new Engine(opts.config, opts.version, lmdb, now, log);
+    const backend: Backend =
+      opts.config.cluster !== undefined
+        ? await ClusterBackend.open(opts.config, opts.config.cluster, { now, log, version: opts.version, tag: opts.clusterTag })
+        : await LmdbBackend.open(opts.config, now, log, ops);
+    const engine = new Engine(opts.config, opts.version, backend, now, log);
     if (ops) {
       engine.ops = ops;
       ops.observeState(() => engine.stats());
     }
-    await lmdb.bootstrapAdminKey(opts.config, now());
-    // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
-    for (const id of lmdb.pendingErasures()) await lmdb.eraseProject(id);
+    await backend.bootstrapAdminKey(opts.config, now());
+    if (backend instanceof LmdbBackend) {
+      // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
+      for (const id of backend.pendingErasures()) await backend.eraseProject(id);
+    }
     engine.startTimers();
     return engine;
   }
@@ -158,6 +169,7 @@ export class Engine implements AnalyticsEngine {
 
   private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -261,6 +273,7 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- reads
 
   async metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>> {
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -278,6 +291,7 @@ export class Engine implements AnalyticsEngine {
 
   /** The last 30 minutes of the project, by receive time, as of the engine clock. */
   async realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>> {
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -445,6 +459,8 @@ export class Engine implements AnalyticsEngine {
     const gate = this.admitProject(meta, projectId);
     if (!gate.ok) return gate;
     const { rate } = gate.value;
+    const refusal = this.backend.deleteRefusal();
+    if (refusal !== undefined) return fail('conflict', refusal, {}, rate);
     // Gone for every request from here on: its keys answer 401, its metrics 404, nothing more is appended for it.
     this.projects.delete(projectId);
     const removed = await this.write(() => this.catalog.deleteProject(projectId), rate);
@@ -566,6 +582,26 @@ export class Engine implements AnalyticsEngine {
   }
 
   /**
+   * Cluster: a key the catalog mirror does not hold may have been made on another node a moment ago: one lookup past
+   * the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn into a flood of lookups.
+   * Single node: the catalog is the store, nothing to refresh.
+   */
+  private async refreshUnknownKey(meta: RequestMeta): Promise<void> {
+    if (this.config.cluster === undefined) return;
+    const key = bearerKey(meta.authorization);
+    if (key === undefined) return;
+    const hash = hashKey(key);
+    if (this.catalog.key(hash) !== undefined) return;
+    const bucket = this.limiter.take(`refresh:${clientBucket(meta.ip)}`, KEY_REFRESH_RATE, KEY_REFRESH_BURST, this.now());
+    if (!bucket.allowed) return;
+    try {
+      await this.catalog.refreshKey(hash);
+    } catch (err) {
+      this.log(`key lookup failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /**
    * A 401 has no bucket to report (the caller is nobody), but the contract puts RateLimit-* on every response of an
    * authenticated endpoint: report the default per-key policy, untouched.
    */
@@ -674,12 +710,15 @@ export class Engine implements AnalyticsEngine {
     const project = who.key.projectId === undefined ? undefined : this.projects.get(who.key.projectId);
     const r = project?.rate;
     const now = this.now();
-    const byKey = this.limiter.take(`k:${who.keyHash}`, r?.perKey ?? d.perKey, r?.burstPerKey ?? d.burstPerKey, now);
+    // Cluster: each node takes its share of every bucket (CLUSTER.md §8); one node: the whole bucket.
+    const share = this.backend.rateShare();
+    const take = (key: string, rate: number, burst: number) => this.limiter.take(key, share === 1 ? rate : rate / share, share === 1 ? burst : Math.ceil(burst / share), now);
+    const byKey = take(`k:${who.keyHash}`, r?.perKey ?? d.perKey, r?.burstPerKey ?? d.burstPerKey);
     if (!byKey.allowed) {
       return fail('rate_limited', 'too many requests for this key', { retryAfterSeconds: byKey.retryAfterSeconds }, byKey.info);
     }
     if (who.key.kind === 'publishable' && project) {
-      const byIp = this.limiter.take(`i:${project.id}:${clientBucket(meta.ip)}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp, now);
+      const byIp = take(`i:${project.id}:${clientBucket(meta.ip)}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp);
       if (!byIp.allowed) {
         return fail('rate_limited', 'too many requests from this client', { retryAfterSeconds: byIp.retryAfterSeconds }, byIp.info);
       }

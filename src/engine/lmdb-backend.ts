@@ -194,6 +194,14 @@ export class LmdbBackend implements Backend {
     };
   }
 
+  rateShare(): number {
+    return 1;
+  }
+
+  deleteRefusal(): undefined {
+    return undefined;
+  }
+
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
     every(PRUNE_EVERY_MS, async () => {
