@@ -31,6 +31,14 @@ const PUBLISH_ATTEMPT_TIMEOUT_MS = 5_000;
  */
 export const PULL_MAX_BYTES = 5 * 1024 * 1024;
 /**
+ * Messages per pull. Pulling by bytes stalled at every change from small (single-event) to large (batch) messages:
+ * v3 refills with the bytes its accounting has left, which after a pull completed by count is less than one batch,
+ * and on the server's 409 "Message Size Exceeds MaxBytes" waits for heartbeats (test/event-log-pulls.test.ts).
+ * 16 × a typical 33 KB batch is 0.5 MB per consumer; the 64 MB buffer is reached only by 16 near-4 MiB bodies on each
+ * of several partitions at once, and an ordered consumer that misses messages then is recreated by its gap check.
+ */
+export const PULL_MAX_MESSAGES = 16;
+/**
  * Partitions per follower connection: each pulls up to PULL_MAX_BYTES at once, and 8 × 5 MiB stays well under the
  * server's 64 MB buffer per connection. The engine opens ceil(P / 8) follower connections.
  */
@@ -226,7 +234,7 @@ export class JetStreamEventLog implements EventLog {
       deliver_policy: DeliverPolicy.StartSequence,
       opt_start_seq: Math.max(1, fromSeq),
     });
-    return c.consume({ max_bytes: PULL_MAX_BYTES });
+    return c.consume({ max_messages: PULL_MAX_MESSAGES });
   }
 
   /**
