@@ -1,9 +1,10 @@
 import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import type { AnalyticsState } from '../core/state.ts';
-import type { LogRecord } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
 import type { Catalog } from '../store/seams.ts';
+import type { ReadQuery } from './read-query.ts';
 import type { HealthView } from './types.ts';
 
 /**
@@ -33,8 +34,8 @@ export interface Backend {
   usedThisMonth(projectId: string, now: number): number;
   /** makes the records durable (LMDB commit or JetStream PubAck) before resolving; false = nothing stored, 503 */
   commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean>;
-  /** the state to answer a read of the project from (cluster: after the read barrier) */
-  readView(projectId: string): Promise<ReadView | ReadRefusal>;
+  /** answers an admitted read: from local state (cluster: after the read barrier) or from the partition's owner */
+  read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal>;
   /** runs with the project's catalog entry already removed: erase its events, state and snapshots */
   eraseProject(projectId: string): Promise<void>;
   /** ANALYTICS_ADMIN_KEY (or a generated one on a single node) is the admin key */

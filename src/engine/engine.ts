@@ -2,8 +2,8 @@ import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
-import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES, REALTIME_MINUTES } from '../core/limits.ts';
-import { compareRange, isCompareMode, metrics, resolveRange } from '../core/metrics.ts';
+import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import { compareRange, isCompareMode, resolveRange } from '../core/metrics.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { classifySource, type ClientFacts } from '../enrich/index.ts';
@@ -169,7 +169,7 @@ export class Engine implements AnalyticsEngine {
 
   private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    await this.refreshUnknownKey(meta);
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -273,7 +273,7 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- reads
 
   async metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>> {
-    await this.refreshUnknownKey(meta);
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -283,30 +283,20 @@ export class Engine implements AnalyticsEngine {
       return fail('invalid_request', '`compare` must be "previous" or "year"', {}, rate);
     }
     const compare = query.compare === undefined ? undefined : compareRange(query.compare, range.from, range.to);
-    const view = await this.backend.readView(project.id);
-    if ('unavailable' in view) return fail('unavailable', view.unavailable, { retryAfterSeconds: 1 }, rate);
-    const value = metrics(view.state, project.id, project.timezone, range.from, range.to, { trackedProps: project.trackedProps, compare, sealed: view.sealed });
-    return { ok: true, value, rate };
+    const out = await this.backend.read({ kind: 'metrics', projectId: project.id, timezone: project.timezone, from: range.from, to: range.to, trackedProps: project.trackedProps, compare });
+    if ('unavailable' in out) return fail('unavailable', out.unavailable, { retryAfterSeconds: 1 }, rate);
+    return { ok: true, value: out.value as MetricsResponse, rate };
   }
 
   /** The last 30 minutes of the project, by receive time, as of the engine clock. */
   async realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>> {
-    await this.refreshUnknownKey(meta);
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
-    const view = await this.backend.readView(project.id);
-    if ('unavailable' in view) return fail('unavailable', view.unavailable, { retryAfterSeconds: 1 }, rate);
-    const figures = view.state.projects.get(project.id)?.realtime.read(this.now());
-    const value: RealtimeResponse = {
-      projectId: project.id,
-      visitors: figures?.visitors ?? 0,
-      pageviews: figures?.pageviews ?? 0,
-      perMinute: figures?.perMinute ?? new Array<number>(REALTIME_MINUTES).fill(0),
-      pages: figures?.pages ?? {},
-      sources: figures?.sources ?? {},
-    };
-    return { ok: true, value, rate };
+    const out = await this.backend.read({ kind: 'realtime', projectId: project.id, now: this.now() });
+    if ('unavailable' in out) return fail('unavailable', out.unavailable, { retryAfterSeconds: 1 }, rate);
+    return { ok: true, value: out.value as RealtimeResponse, rate };
   }
 
   /** The gate of the reads: an sk_ key for its own project, or an admin key naming one, from an allowed origin. */
@@ -587,7 +577,6 @@ export class Engine implements AnalyticsEngine {
    * Single node: the catalog is the store, nothing to refresh.
    */
   private async refreshUnknownKey(meta: RequestMeta): Promise<void> {
-    if (this.config.cluster === undefined) return;
     const key = bearerKey(meta.authorization);
     if (key === undefined) return;
     const hash = hashKey(key);

@@ -4,7 +4,7 @@ import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
 import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
-import type { LogRecord } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
@@ -14,6 +14,7 @@ import { SnapshotFiles } from '../store/snapshot-files.ts';
 import type { Backend, ReadRefusal, ReadView } from './backend.ts';
 import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
+import { answerRead, type ReadQuery } from './read-query.ts';
 import { recoverState } from './recovery.ts';
 import { Sealer } from './sealer.ts';
 import { Snapshotter } from './snapshotter.ts';
@@ -140,9 +141,9 @@ export class LmdbBackend implements Backend {
     return ok;
   }
 
-  async readView(): Promise<ReadView | ReadRefusal> {
+  async read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal> {
     if (!this.store.readable()) return { unavailable: 'storage is swapping in its compacted file after a project deletion; retry in a moment' };
-    return this.view;
+    return { value: answerRead(this.view, q) };
   }
 
   /** Erases a deleted project's events from the log, its state, and every snapshot file. */

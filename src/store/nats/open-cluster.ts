@@ -6,6 +6,8 @@ import { ensureResources, partitionOf, type ResourceNames } from './resources.ts
 import { KvSalts } from './salts.ts';
 import { ObjectSnapshotStore } from './snapshots.ts';
 import { NatsLeaseStore } from './owners.ts';
+import { ReadRpc } from './read-rpc.ts';
+import { KvUsage } from './usage.ts';
 
 /**
  * Everything a cluster node holds on NATS, opened in the order the design needs (CLUSTER.md §2, §4): the resources
@@ -35,6 +37,8 @@ export interface ClusterStore {
   salts: KvSalts;
   snapshots: ObjectSnapshotStore;
   leases: NatsLeaseStore;
+  reads: ReadRpc;
+  usage: KvUsage;
   nc: NatsConnection;
   partitionOf(projectId: string): number;
   batchIdFor(projectId: string, records: readonly LogRecord[]): string;
@@ -60,6 +64,8 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
     });
     const catalog = await KvCatalog.open(res.catalog, { log: o.log });
     const snapshots = await ObjectSnapshotStore.open(nc, res.names.snapshots, o.dataDir, { log: o.log });
+    const usage = await KvUsage.open(res.usage, o.log);
+    const reads = new ReadRpc(nc, { subjectPrefix: res.names.readSubjectPrefix, onError: (err) => o.log(`forwarded read: ${err instanceof Error ? err.message : String(err)}`) });
     return {
       names: res.names,
       partitions: P,
@@ -68,10 +74,14 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
       salts: new KvSalts(res.catalog),
       snapshots,
       leases: new NatsLeaseStore(res.owners),
+      reads,
+      usage,
       nc,
       partitionOf: (projectId) => partitionOf(projectId, P),
       batchIdFor,
       async close() {
+        reads.close();
+        usage.close();
         await catalog.close();
         for (const c of [...follows, nc]) await c.drain().catch(() => c.close());
       },
