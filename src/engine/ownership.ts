@@ -174,7 +174,10 @@ export interface OwnershipListener {
   onGain?(partition: number): void;
   /** this node no longer owns n: stop answering its reads (already refused by serves()) */
   onLose?(partition: number): void;
-  /** fold n ahead of owning it (true), or no need to any more (false); `all`: true for every partition at start */
+  /**
+   * fold n ahead of owning it (true), or no need to any more (false); `all`: true for every partition at start. The
+   * engine folds n while it owns n or wants it as a standby: a gain is followed at once by `onStandby(n, false)`.
+   */
   onStandby?(partition: number, wanted: boolean): void;
   /** a request to the owners bucket failed (diagnostics; the rules retry by themselves) */
   onError?(err: unknown): void;
@@ -362,19 +365,19 @@ export class Ownership {
     const now = this.#now();
     const d = decide({ me: this.nodeId, partitions: this.partitions, now, observed: this.#observed, held: this.#held, busy: this.#busy, fold: this.fold });
     this.#preferred = d.preferred;
-    for (let n = 0; n < this.partitions; n++) {
-      const want = d.standby.has(n);
-      if (want !== this.#standby.has(n)) {
-        if (want) this.#standby.add(n);
-        else this.#standby.delete(n);
-        try {
-          this.#listener.onStandby?.(n, want);
-        } catch (err) {
-          this.#listener.onError?.(err);
-        }
-      }
-    }
+    for (let n = 0; n < this.partitions; n++) this.#setStandby(n, d.standby.has(n));
     for (const a of d.actions) this.#act(a, now);
+  }
+
+  #setStandby(n: number, want: boolean): void {
+    if (want === this.#standby.has(n)) return;
+    if (want) this.#standby.add(n);
+    else this.#standby.delete(n);
+    try {
+      this.#listener.onStandby?.(n, want);
+    } catch (err) {
+      this.#listener.onError?.(err);
+    }
   }
 
   #act(a: Action, sentAt: number): void {
@@ -411,6 +414,7 @@ export class Ownership {
         if (r.ok && !this.#held.has(n)) {
           this.#held.set(n, { epoch: a.epoch, revision: r.revision, lastRenewSent: sentAt });
           this.#emit('onGain', n);
+          if (this.fold === 'owner') this.#setStandby(n, false); // owned now: the fold goes on as the owner's
         }
       });
     } else {
