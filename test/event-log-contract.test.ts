@@ -196,6 +196,10 @@ describe('the JetStream event log', { concurrency: true }, () => {
         assert.deepEqual((await collect(log, p, 0)).map((e) => e.seq), seqs[p]);
       }
       await assert.rejects(log.append(3, [ev('x', 1)], 'r:x'), RangeError);
+      // what a snapshot's resume check asks
+      assert.equal(await log.batchIdAt(seqs[1]![2]!), 'r:7');
+      assert.equal(await log.batchIdAt(seqs[2]!.at(-1)! + 1000), undefined);
+      assert.equal(await log.firstSeq(), 1);
     } finally {
       await log.close();
     }

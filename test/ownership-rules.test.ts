@@ -214,6 +214,40 @@ describe('the lease rules decide from revisions and the local clock alone', () =
     assert.deepEqual(of(w.decide('a', 8_000).actions, 'claim'), []);
   });
 
+  test('a silent watch (the bucket down for 7 s) ages nothing: after it resumes, members stay settled and leases get a new LEASE_MS', async () => {
+    const w = new World();
+    w.beat(['a', 'b', 'c'], 0, 4_000);
+    const nb = preferredSet('b', ['a', 'b', 'c'])[0]!;
+    const rev = w.part(nb, 'b', 2, 4_000);
+    // no delivery from 4 s to 11 s: a leader failover of the owners bucket
+    let d = w.decide('a', 10_500);
+    assert.equal(d.actions.some((x) => x.partition === nb), false, 'blind: a live-looking lease is not claimed');
+    assert.equal(d.preferred[nb], 'b', 'blind: nobody died');
+    w.beat(['a', 'c'], 11_000, 11_000); // a and c come back first
+    d = w.decide('a', 11_100);
+    assert.equal(d.preferred[nb], 'b', 'b is not dead: its key could not change while the bucket was down');
+    assert.equal(d.actions.some((x) => x.partition === nb), false);
+    w.member('b', 11_200);
+    assert.equal(w.o.members.get('b')!.liveSince, 0, 'still settled: no new SETTLE_MS wait');
+    // b really died during the outage: it is judged from 11 s on
+    w.beat(['a', 'c'], 12_000, 17_000);
+    assert.equal(w.decide('a', 15_900).actions.some((x) => x.partition === nb && x.type === 'claim'), false);
+    const later = w.decide('a', 16_200);
+    if (later.preferred[nb] === 'a') assert.deepEqual(later.actions.find((x) => x.partition === nb), { type: 'claim', partition: nb, revision: rev, epoch: 3 });
+    else assert.equal(later.preferred[nb], 'c');
+  });
+
+  test('a member dead before the watch went silent stays dead after it resumes', async () => {
+    const w = new World();
+    w.beat(['a', 'b', 'c'], 0, 2_000);
+    w.beat(['a', 'b'], 3_000, 9_000); // c crashed at 2 s
+    assert.equal(w.decide('a', 9_000).preferred.includes('c'), false);
+    w.beat(['a', 'b'], 15_000, 15_000); // silent from 9 s to 15 s
+    const d = w.decide('a', 15_000);
+    assert.equal(d.preferred.includes('c'), false, 'c is still dead');
+    assert.deepEqual(new Set(d.preferred), new Set(['a', 'b']), 'a and b are still alive and settled');
+  });
+
   test('older revisions delivered again (a restarted watch) change nothing', () => {
     const w = new World();
     w.member('a', 0);

@@ -56,6 +56,11 @@ export interface ClusterParts {
   /** the batch id of §4 (`e:` + hash of the eventIds when all have one, else random) */
   batchIdFor(projectId: string, records: readonly LogRecord[]): string;
   reads: ReadRpc;
+  /**
+   * CLUSTER.md §5: why a snapshot at `seq` whose last folded message had `batchId` cannot be resumed from (the stream
+   * numbers that message differently, or retention removed messages after it), or undefined when it can.
+   */
+  resumeRefusal(seq: number, batchId: string | undefined): Promise<string | undefined>;
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
   /** closes what the parts hold (connections) after the backend stopped using them */
   close(): Promise<void>;
@@ -158,6 +163,13 @@ export class ClusterBackend implements Backend {
         batchIdFor: store.batchIdFor,
         reads: store.reads,
         usage: store.usage,
+        async resumeRefusal(seq, batchId) {
+          const first = await store.log.firstSeq();
+          if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
+          if (batchId === undefined) return undefined; // written without one (none folded yet)
+          const at = await store.log.batchIdAt(seq);
+          return at === batchId ? undefined : `the stream's message ${seq} is ${at ?? 'absent'}, the snapshot's was ${batchId}`;
+        },
         close: () => store.close(),
       };
       const backend = await ClusterBackend.start(config, parts, cc.fold, opts);
@@ -261,6 +273,15 @@ export class ClusterBackend implements Backend {
       best = await this.cp.snapshots.loadNewest(p.n, last, skip);
     } catch (err) {
       this.log(`partition ${p.n}: snapshots unreadable (${err instanceof Error ? err.message : String(err)}); replaying the partition`);
+    }
+    if (gen !== p.generation) return;
+    if (best && best.data.lastSeq > 0) {
+      const refusal = await this.cp.resumeRefusal(best.data.lastSeq, best.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
+      if (refusal !== undefined) {
+        // An alert for the operator: 2.9.10 was seen numbering replicas differently (CLUSTER.md §12 risk 1).
+        this.log(`ALERT partition ${p.n}: snapshot at sequence ${best.data.lastSeq} refused (${refusal}); replaying the partition from the start`);
+        best = undefined;
+      }
     }
     if (gen !== p.generation) return;
     let state = new AnalyticsState();

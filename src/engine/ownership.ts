@@ -25,6 +25,13 @@ export const SETTLE_MS = 2_000;
 export const RENEW_MS = 1_000;
 /** How often the rules run: a released or expired lease is claimed within about this long. */
 export const EVAL_MS = 250;
+/**
+ * Every node (this one included) heartbeats each RENEW_MS, so the watch is never silent this long unless the bucket
+ * or this node's link to it is down. Then nobody's revision could change: a silence longer than this does not count
+ * towards any key's age (a stream leader failover stalls writes 4–7 s, §10; without this rule every lease would look
+ * dead to every node when it ends). Ages run on an "active clock": the observer's clock minus such silences.
+ */
+export const WATCH_GAP_MS = 2_500;
 
 /** Who folds what: `owner` (each partition's owner folds it) or `all` (every node folds all; leases elect the snapshot writer). */
 export type FoldMode = 'owner' | 'all';
@@ -32,7 +39,7 @@ export type FoldMode = 'owner' | 'all';
 export interface MemberView {
   info: MemberInfo | undefined;
   revision: number;
-  /** observer clock when this revision arrived */
+  /** active clock (see WATCH_GAP_MS) when this revision arrived */
   changedAt: number;
   /** observer clock since when the member is continuously alive with this incarnation */
   liveSince: number;
@@ -41,6 +48,7 @@ export interface MemberView {
 export interface PartView {
   lease: PartLease | undefined;
   revision: number;
+  /** active clock when this revision arrived */
   changedAt: number;
 }
 
@@ -50,25 +58,43 @@ export interface Observed {
   parts: Map<number, PartView>;
   /** `${n}.${id}` → mark */
   ready: Map<string, { mark: ReadyMark | undefined; revision: number }>;
+  /** observer clock of the watch's latest delivery */
+  lastDelivery: number;
+  /** total length of the watch's silences longer than WATCH_GAP_MS so far (they do not age anything) */
+  blindMs: number;
 }
 
 export function emptyObserved(): Observed {
-  return { members: new Map(), parts: new Map(), ready: new Map() };
+  return { members: new Map(), parts: new Map(), ready: new Map(), lastDelivery: -Infinity, blindMs: 0 };
+}
+
+/** The observer's clock minus the watch's long silences (including one going on now). */
+export function activeClock(o: Observed, now: number): number {
+  const silent = now - o.lastDelivery;
+  return now - o.blindMs - (silent > WATCH_GAP_MS ? silent : 0);
+}
+
+/** How long a key has been unchanged as far as this observer could see. */
+export function ageOf(o: Observed, changedAt: number, now: number): number {
+  return activeClock(o, now) - changedAt;
 }
 
 /** Records a watched change at observer time `now` (pure apart from mutating `o`); stale revisions are ignored. */
 export function observe(o: Observed, c: OwnersChange, now: number): boolean {
+  if (now - o.lastDelivery > WATCH_GAP_MS && o.lastDelivery !== -Infinity) o.blindMs += now - o.lastDelivery;
+  o.lastDelivery = now;
+  const at = activeClock(o, now);
   if (c.kind === 'member') {
     const prev = o.members.get(c.id);
     if (prev && c.revision <= prev.revision) return false;
-    const wasAlive = prev !== undefined && prev.info !== undefined && now - prev.changedAt < LEASE_MS && prev.info.incarnation === c.info?.incarnation;
-    o.members.set(c.id, { info: c.info, revision: c.revision, changedAt: now, liveSince: wasAlive ? prev.liveSince : now });
+    const wasAlive = prev !== undefined && isAlive(o, prev, now) && prev.info!.incarnation === c.info?.incarnation;
+    o.members.set(c.id, { info: c.info, revision: c.revision, changedAt: at, liveSince: wasAlive ? prev.liveSince : now });
     return true;
   }
   if (c.kind === 'part') {
     const prev = o.parts.get(c.partition);
     if (prev && c.revision <= prev.revision) return false;
-    o.parts.set(c.partition, { lease: c.lease, revision: c.revision, changedAt: now });
+    o.parts.set(c.partition, { lease: c.lease, revision: c.revision, changedAt: at });
     return true;
   }
   const key = `${c.partition}.${c.id}`;
@@ -78,14 +104,14 @@ export function observe(o: Observed, c: OwnersChange, now: number): boolean {
   return true;
 }
 
-export function isAlive(m: MemberView | undefined, now: number): boolean {
-  return m !== undefined && m.info !== undefined && now - m.changedAt < LEASE_MS;
+export function isAlive(o: Observed, m: MemberView | undefined, now: number): boolean {
+  return m !== undefined && m.info !== undefined && ageOf(o, m.changedAt, now) < LEASE_MS;
 }
 
 /** Live members seen for at least SETTLE_MS: the candidates of rendezvous hashing. */
 export function eligibleMembers(o: Observed, now: number): string[] {
   const out: string[] = [];
-  for (const [id, m] of o.members) if (isAlive(m, now) && now - m.liveSince >= SETTLE_MS) out.push(id);
+  for (const [id, m] of o.members) if (isAlive(o, m, now) && now - m.liveSince >= SETTLE_MS) out.push(id);
   return out;
 }
 
@@ -157,7 +183,7 @@ export function decide(input: DecideInput): Decision {
     }
     const p = o.parts.get(n);
     const mine = p?.lease?.owner === me;
-    const free = p === undefined || p.lease === undefined || p.lease.owner === '' || mine || now - p.changedAt >= LEASE_MS;
+    const free = p === undefined || p.lease === undefined || p.lease.owner === '' || mine || ageOf(o, p.changedAt, now) >= LEASE_MS;
     if (pref === me && free) {
       actions.push({ type: 'claim', partition: n, revision: p?.revision ?? 0, epoch: (p?.lease?.epoch ?? 0) + 1 });
     } else if (mine && p) {
@@ -174,7 +200,10 @@ export interface OwnershipListener {
   onGain?(partition: number): void;
   /** this node no longer owns n: stop answering its reads (already refused by serves()) */
   onLose?(partition: number): void;
-  /** fold n ahead of owning it (true), or no need to any more (false); `all`: true for every partition at start */
+  /**
+   * fold n ahead of owning it (true), or no need to any more (false); `all`: true for every partition at start. The
+   * engine folds n while it owns n or wants it as a standby: a gain is followed at once by `onStandby(n, false)`.
+   */
   onStandby?(partition: number, wanted: boolean): void;
   /** a request to the owners bucket failed (diagnostics; the rules retry by themselves) */
   onError?(err: unknown): void;
@@ -274,15 +303,23 @@ export class Ownership {
   /** The owner the lease names, if the lease is alive as this node sees it (diagnostics; reads go by subject). */
   ownerOf(partition: number): string | undefined {
     const p = this.#observed.parts.get(partition);
-    if (!p?.lease || p.lease.owner === '' || this.#now() - p.changedAt >= LEASE_MS) return undefined;
+    if (!p?.lease || p.lease.owner === '' || ageOf(this.#observed, p.changedAt, this.#now()) >= LEASE_MS) return undefined;
     return p.lease.owner;
+  }
+
+  /**
+   * Whether this node's view of the bucket is current (the watch delivered within WATCH_GAP_MS). False while the
+   * bucket is unavailable or this node is cut off: /health can report it; leases do not age meanwhile.
+   */
+  seesBucket(): boolean {
+    return this.#now() - this.#observed.lastDelivery <= WATCH_GAP_MS;
   }
 
   /** Live members including this one (rate limits divide by their count, §8). */
   liveMembers(): MemberInfo[] {
     const now = this.#now();
     const out: MemberInfo[] = [];
-    for (const m of this.#observed.members.values()) if (isAlive(m, now)) out.push(m.info!);
+    for (const m of this.#observed.members.values()) if (isAlive(this.#observed, m, now)) out.push(m.info!);
     return out;
   }
 
@@ -362,19 +399,19 @@ export class Ownership {
     const now = this.#now();
     const d = decide({ me: this.nodeId, partitions: this.partitions, now, observed: this.#observed, held: this.#held, busy: this.#busy, fold: this.fold });
     this.#preferred = d.preferred;
-    for (let n = 0; n < this.partitions; n++) {
-      const want = d.standby.has(n);
-      if (want !== this.#standby.has(n)) {
-        if (want) this.#standby.add(n);
-        else this.#standby.delete(n);
-        try {
-          this.#listener.onStandby?.(n, want);
-        } catch (err) {
-          this.#listener.onError?.(err);
-        }
-      }
-    }
+    for (let n = 0; n < this.partitions; n++) this.#setStandby(n, d.standby.has(n));
     for (const a of d.actions) this.#act(a, now);
+  }
+
+  #setStandby(n: number, want: boolean): void {
+    if (want === this.#standby.has(n)) return;
+    if (want) this.#standby.add(n);
+    else this.#standby.delete(n);
+    try {
+      this.#listener.onStandby?.(n, want);
+    } catch (err) {
+      this.#listener.onError?.(err);
+    }
   }
 
   #act(a: Action, sentAt: number): void {
@@ -411,6 +448,7 @@ export class Ownership {
         if (r.ok && !this.#held.has(n)) {
           this.#held.set(n, { epoch: a.epoch, revision: r.revision, lastRenewSent: sentAt });
           this.#emit('onGain', n);
+          if (this.fold === 'owner') this.#setStandby(n, false); // owned now: the fold goes on as the owner's
         }
       });
     } else {

@@ -210,6 +210,25 @@ export class JetStreamEventLog implements EventLog {
     return m ? m.seq : 0;
   }
 
+  /**
+   * The batch id (`Nats-Msg-Id`) of the message at `seq`, or undefined when there is none (removed, or beyond the
+   * end). A snapshot names the last batch it folded; resuming checks that the stream still has that id there, since
+   * 2.9.10 was seen numbering replicas differently after a leader stall (CLUSTER.md §5, §13.14).
+   */
+  async batchIdAt(seq: number): Promise<string | undefined> {
+    const m = await this.jsm.streams.getMessage(this.names.stream, { seq });
+    return m?.header?.get('Nats-Msg-Id') || undefined;
+  }
+
+  /**
+   * The stream's first sequence (1 when nothing was ever removed): a snapshot older than `firstSeq − 1` lacks events
+   * that retention (max_age) removed from the stream since, so it cannot be resumed from.
+   */
+  async firstSeq(): Promise<number> {
+    const info = await this.jsm.streams.info(this.names.stream);
+    return info.state.first_seq;
+  }
+
   /** The message's entry, or a BadLogMessage. */
   decode(m: JsMsg): LogEntry | BadLogMessage {
     const format = m.headers?.get(FORMAT_HEADER);

@@ -40,14 +40,35 @@ function isAlreadyInUse(err: unknown): boolean {
   return err instanceof Error && /already in use/i.test(err.message);
 }
 
-/** Opens the owners bucket, creating it (R3, history 1) if no node did yet. */
+/**
+ * Opening gives up after this long: a JetStream API request can time out (5 s) or answer "temporarily unavailable"
+ * while the cluster elects a meta leader or several nodes create the same R3 bucket at once (seen at a cold start).
+ */
+const OPEN_DEADLINE_MS = 30_000;
+/** Pause between attempts to open the bucket. */
+const OPEN_RETRY_MS = 250;
+
+function isTransient(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return err.name === 'TimeoutError' || err.name === 'JetStreamNotEnabled' || /timeout|temporarily unavailable|no responders|not enabled/i.test(err.message);
+}
+
+/** Opens the owners bucket, creating it (R3, history 1) if no node did yet; transient JetStream errors are retried. */
 export async function openOwnersBucket(nc: NatsConnection, bucket = OWNERS_BUCKET, replicas = OWNERS_REPLICAS): Promise<KV> {
   const kvm = new Kvm(nc);
-  try {
-    return await kvm.create(bucket, { replicas, history: OWNERS_HISTORY, storage: StorageType.File });
-  } catch (err) {
-    if (!isAlreadyInUse(err)) throw err;
-    return kvm.open(bucket);
+  const deadline = performance.now() + OPEN_DEADLINE_MS;
+  for (;;) {
+    try {
+      try {
+        return await kvm.create(bucket, { replicas, history: OWNERS_HISTORY, storage: StorageType.File });
+      } catch (err) {
+        if (!isAlreadyInUse(err)) throw err;
+        return await kvm.open(bucket);
+      }
+    } catch (err) {
+      if (!isTransient(err) || performance.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, OPEN_RETRY_MS));
+    }
   }
 }
 
@@ -162,6 +183,11 @@ export class NatsLeaseStore implements LeaseStore {
       .finally(() => {
         this.#restarting = false;
       });
+  }
+
+  /** diagnostics: highest revision the watch delivered, the unconfirmed own write it waits for */
+  get watchState(): { seen: number; waitingFor: number | undefined } {
+    return { seen: this.#seen, waitingFor: this.#probe?.revision };
   }
 
   async putMember(info: MemberInfo): Promise<number> {

@@ -16,8 +16,14 @@ export const READ_SUBJECT_PREFIX = 'analytics.v1.read';
 const READ_QUEUE = 'analytics-read';
 /** A forwarded read's whole budget: the owner's read barrier waits ≤ 2 s too, so this is the caller's 503 point. */
 export const READ_TIMEOUT_MS = 2_000;
-/** Pause before asking again after a `not_serving` answer (a hand-over completes in about a renewal's round trip). */
-const NOT_SERVING_RETRY_MS = 50;
+/** Pause before asking again after a `not_serving` or no-responders answer. */
+const RETRY_PAUSE_MS = 25;
+/**
+ * A planned hand-over leaves a partition without a subscriber for one release → claim → subscribe round trip (a few
+ * ms); no-responders is retried this long so reads do not see it. Past this, nobody serves the partition (an owner
+ * died: its lease has yet to expire) and the caller answers 503 at once rather than after its whole timeout.
+ */
+export const NO_RESPONDERS_GRACE_MS = 500;
 
 /** No node could answer: nobody serves the partition now, or nobody answered in time. The engine answers 503 + Retry-After: 1. */
 export class ReadUnavailableError extends Error {
@@ -131,12 +137,16 @@ export class ReadRpc {
     }
   }
 
-  /** Stops answering reads of `partition` (reads in progress still get their answers). */
+  /**
+   * Stops answering reads of `partition`. Drains rather than unsubscribes: a read the server routed here before it
+   * saw the unsubscribe is still answered (by the gate: `not_serving`, so the requester asks again and reaches the
+   * new owner) instead of being dropped and waited for until its timeout.
+   */
   unserve(partition: number): void {
     const sub = this.#subs.get(partition);
     if (!sub) return;
     this.#subs.delete(partition);
-    sub.unsubscribe();
+    sub.drain().catch((err: unknown) => this.#onError(err));
   }
 
   /** Partitions with a handler here. */
@@ -146,10 +156,12 @@ export class ReadRpc {
 
   /**
    * Sends a read to whichever node serves `partition`. Resolves with its answer; throws ReadUnavailableError (nobody
-   * serves it, or no answer within `timeoutMs`) or ReadFailedError (the owner's handler threw).
+   * serves it for NO_RESPONDERS_GRACE_MS, or no answer within `timeoutMs`) or ReadFailedError (the owner's handler
+   * threw).
    */
   async request<A = unknown, Q = unknown>(partition: number, payload: Q, timeoutMs = READ_TIMEOUT_MS): Promise<A> {
-    const deadline = performance.now() + timeoutMs;
+    const start = performance.now();
+    const deadline = start + timeoutMs;
     const body = JSON.stringify(payload ?? null);
     for (;;) {
       const left = Math.round(deadline - performance.now());
@@ -159,7 +171,12 @@ export class ReadRpc {
         reply = await this.#nc.request(this.subject(partition), body, { timeout: left });
       } catch (err) {
         const e = err as { isNoResponders?: () => boolean; name?: string };
-        if (typeof e?.isNoResponders === 'function' && e.isNoResponders()) throw new ReadUnavailableError(partition, 'no_responders');
+        if (typeof e?.isNoResponders === 'function' && e.isNoResponders()) {
+          const now = performance.now();
+          if (now - start + RETRY_PAUSE_MS >= NO_RESPONDERS_GRACE_MS || deadline - now <= RETRY_PAUSE_MS) throw new ReadUnavailableError(partition, 'no_responders');
+          await sleep(RETRY_PAUSE_MS);
+          continue;
+        }
         if (e?.name === 'TimeoutError') throw new ReadUnavailableError(partition, 'timeout');
         throw err;
       }
@@ -172,8 +189,8 @@ export class ReadRpc {
       if (!isEnvelope(env)) throw new ReadFailedError(partition, 'bad_reply', 'the owner answered something that is not a read reply');
       if (env.ok) return env.answer as A;
       if (env.error.code === 'not_serving') {
-        if (deadline - performance.now() <= NOT_SERVING_RETRY_MS) throw new ReadUnavailableError(partition, 'not_serving');
-        await sleep(NOT_SERVING_RETRY_MS);
+        if (deadline - performance.now() <= RETRY_PAUSE_MS) throw new ReadUnavailableError(partition, 'not_serving');
+        await sleep(RETRY_PAUSE_MS);
         continue;
       }
       throw new ReadFailedError(partition, env.error.code, env.error.message, env.error.status);
