@@ -9,7 +9,7 @@ import type { LogRecord } from '../src/core/types.ts';
 import { connectNats } from '../src/store/nats/connect.ts';
 import { batchIdFor, JetStreamEventLog } from '../src/store/nats/event-log.ts';
 import { ReadRpc } from '../src/store/nats/read-rpc.ts';
-import { ensureEventStream, eventSubject, resourceNames } from '../src/store/nats/resources.ts';
+import { ensureEventStream, eventSubject, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { startNatsCluster, type NatsCluster } from '../test/nats-cluster.ts';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median, newHistogram, summarize, type LatencySummary } from './lib/latency.ts';
@@ -64,6 +64,8 @@ const RATE_WINDOW_MS = 500;
 const STALL_GIVE_UP_MS = 40_000;
 /** Between kills: the restarted server catches up before the next leader is killed. */
 const SETTLE_MS = 3_000;
+/** After an owner's SIGTERM completed, reads through the survivor are watched this much longer. */
+const HANDOVER_WATCH_MS = 3_000;
 /** Startup of a child node (tsx compile + NATS resources) on a loaded 2-core machine. */
 const NODE_START_MS = 60_000;
 /** A fresh node has caught up when it answers the same pageviews as a node that folded all along. */
@@ -81,6 +83,8 @@ export interface ClusterResults {
   pubAck: { sequential: { perSec: number; latency: LatencySummary }; pipelined: Record<string, number>; batchEventsPerSec: number; batchMessagesPerSec: number };
   http: Record<'lmdbSingle' | 'clusterSingle' | 'lmdbBatch' | 'clusterBatch', { eventsPerSec: number; rounds: number[]; latency?: LatencySummary; errors?: string }>;
   replay: { events: number; messages: number; seconds: number; eventsPerSec: number };
+  /** partition `part` of the bench project: reads on its owner and forwarded from the other node; unserved after kill -9 / SIGTERM of its owner, seen through the survivor */
+  owners: { takeoverMs: number; handoverMs: number; localReads: LatencySummary; forwardedReads: LatencySummary };
   /** when the HTTP load stopped: how long each node took to fold up to the stream's end (its reads answered 503 until then) */
   foldLag: { events: number; seconds: Record<string, number> };
   freshNode: { events: number; seconds: number; eventsPerSec: number; restoredSnapshots: number };
@@ -486,13 +490,12 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
       await nc.close();
     }
 
-    progress.next('starting two cluster nodes (FOLD=all) and one single node (LMDB), as processes');
+    progress.next('starting two cluster nodes (default ANALYTICS_FOLD=owner) and one single node (LMDB), as processes');
     const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
     const clusterEnv = (id: string) => ({
       ANALYTICS_MODE: 'cluster',
       ANALYTICS_NODE_ID: id,
       ANALYTICS_NATS: cluster.urls,
-      ANALYTICS_FOLD: 'all',
       ANALYTICS_ADMIN_KEY: adminKey,
       ANALYTICS_DATA_DIR: path.join(tmp, `cluster-${id}`),
       ANALYTICS_MAX_STREAM_BYTES: String(2 * 1024 ** 3),
@@ -551,7 +554,8 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
     progress.next('a fresh node catches up (snapshot if any, then the stream)');
     const want = (await get(a.url, `/metrics?date=${today}`, pc.secret)).body;
     const freshStarted = performance.now();
-    const c = await startNode('cluster-c', clusterEnv('c'));
+    // FOLD=all: node c folds every partition itself (an owner-mode node would forward this read to the owner)
+    const c = await startNode('cluster-c', { ...clusterEnv('c'), ANALYTICS_FOLD: 'all' });
     nodes.push(c);
     await waitFor(
       'node c to answer as node a does',
@@ -567,6 +571,49 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
     rss['cluster-c (after catching up)'] = rssOf(c.proc.pid);
     for (const [i, s] of cluster.servers.entries()) rss[`nats-server n${i + 1}`] = rssOf(s.proc?.pid);
     await stopNode(c);
+    nodes.splice(nodes.indexOf(c), 1);
+
+    progress.next('partition owners: forwarded reads, takeover after kill -9, hand-over on SIGTERM');
+    const part = partitionOf(pc.id, 16);
+    const owns = (n: Node) => {
+      const m = [...n.output().matchAll(new RegExp(`partition ${part}: (owned here|no longer owned here)`, 'g'))].at(-1);
+      return m?.[1] === 'owned here';
+    };
+    const ownerOf = async (among: Node[]) => waitFor(`an owner of partition ${part}`, async () => among.find(owns), 30_000);
+    const readOk = async (n: Node) => (await get(n.url, `/metrics?date=${today}`, pc.secret)).status === 200;
+    const owner1 = await ownerOf([a, b]);
+    const other1 = owner1 === a ? b : a;
+    const localReads = await readLatency(owner1.url, pc.secret, p.reads);
+    const forwardedReads = await readLatency(other1.url, pc.secret, p.reads);
+    let t = performance.now();
+    owner1.proc.kill('SIGKILL');
+    await waitFor('reads through the survivor after the kill', async () => ((await readOk(other1)) ? true : undefined), 60_000);
+    const takeoverMs = performance.now() - t;
+    nodes.splice(nodes.indexOf(owner1), 1);
+    const back = await startNode(`${owner1.name} (restarted)`, clusterEnv(owner1 === a ? 'a' : 'b'));
+    nodes.push(back);
+    await sleep(5_000); // the returning member settles; a hand-over back to it may follow
+    const owner2 = await ownerOf([back, other1]);
+    const other2 = owner2 === back ? other1 : back;
+    // Reads through the survivor all through the stop and HANDOVER_WATCH_MS after: the longest time without a 200.
+    t = performance.now();
+    let lastOk = t;
+    let handoverMs = 0;
+    const stopping = stopNode(owner2);
+    let stopped = false;
+    void stopping.then(() => (stopped = true));
+    for (let until = Infinity; performance.now() < until; await sleep(20)) {
+      if (stopped && until === Infinity) until = performance.now() + HANDOVER_WATCH_MS;
+      const ok = await readOk(other2).catch(() => false);
+      const now = performance.now();
+      if (ok) {
+        handoverMs = Math.max(handoverMs, now - lastOk);
+        lastOk = now;
+      } else if (now - t > 60_000) throw new Error('reads through the survivor did not come back within 60 s of the SIGTERM');
+    }
+    await stopping;
+    nodes.splice(nodes.indexOf(owner2), 1);
+    const owners = { takeoverMs, handoverMs, localReads: localReads.latency, forwardedReads: forwardedReads.latency };
 
     progress.next(`stream-leader kills: ${p.kills}, under ${KILL_APPENDERS} appenders`);
     const kills = await benchKills(cluster, p, progress, notes);
@@ -577,6 +624,7 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
       replay,
       freshNode,
       foldLag: { events: streamEvents, seconds: foldLagSeconds },
+      owners,
       kills,
       reads: { single: singleReads.latency, cluster: clusterReads.latency, forwardTransport: forward, answerBytes: singleReads.bytes },
       rss,
@@ -626,9 +674,12 @@ export function clusterRows(r: ClusterResults): Row[] {
   const k = r.kills;
   rows.push({ id: 'cluster.leaderKill', what: `Stream-leader kill -9: publish stall, median / max over ${k.stallsMs.length} kills (${k.stallsMs.join(', ')} ms)`, value: `${fmt(k.medianMs / 1000, 1)} s / ${fmt(k.maxMs / 1000, 1)} s`, num: k.maxMs, note: k.lastSeqsAgree ? 'last_seq equal on all servers after' : `last_seq differ: ${k.lastSeqs.join('/')}` });
   rows.push({ id: 'cluster.leaderKill.election', what: `Stream-leader kill -9: until a publish sent after the kill is acknowledged (new leader), median / max (${k.electionMs.join(', ')} ms)`, value: `${fmt(median(k.electionMs) / 1000, 1)} s / ${fmt(Math.max(...k.electionMs) / 1000, 1)} s`, num: Math.max(...k.electionMs) });
-  rows.push({ id: 'cluster.takeover', what: 'Partition takeover after an owner kill / hand-over on SIGTERM', value: 'not measured', note: 'ownership mode (ANALYTICS_FOLD=owner) not landed; FOLD=all nodes all fold every partition' });
+  rows.push({ id: 'cluster.takeover', what: 'Owner kill -9: until a read through the other node answers 200 again (lease 5 s + claim + catch-up)', value: `${fmt(r.owners.takeoverMs / 1000, 1)} s`, num: r.owners.takeoverMs, goal: '< 10 s', met: r.owners.takeoverMs < 10_000 });
+  rows.push({ id: 'cluster.handover', what: 'Owner SIGTERM (leases released): longest time without a 200 from reads through the other node, during the stop and 3 s after', value: `${fmt(r.owners.handoverMs / 1000, 1)} s`, num: r.owners.handoverMs });
+  rows.push({ id: 'cluster.read.owner', what: 'GET /metrics on the partition owner (read barrier, local): p50 / p99', value: `${ms(r.owners.localReads.p50)} / ${ms(r.owners.localReads.p99)}`, num: r.owners.localReads.p99 });
+  rows.push({ id: 'cluster.read.forwarded', what: 'GET /metrics on the other node (forwarded to the owner over NATS): p50 / p99', value: `${ms(r.owners.forwardedReads.p50)} / ${ms(r.owners.forwardedReads.p99)}`, num: r.owners.forwardedReads.p99 });
   rows.push({ id: 'cluster.read.single', what: 'GET /metrics, single node (LMDB): p50 / p99', value: `${ms(r.reads.single.p50)} / ${ms(r.reads.single.p99)}`, num: r.reads.single.p99 });
-  rows.push({ id: 'cluster.read.barrier', what: 'GET /metrics, cluster node behind the read barrier (last_by_subj + wait): p50 / p99', value: `${ms(r.reads.cluster.p50)} / ${ms(r.reads.cluster.p99)}`, num: r.reads.cluster.p99 });
+  rows.push({ id: 'cluster.read.barrier', what: 'GET /metrics, cluster node b (before the owner phase; owner or forwarded): p50 / p99', value: `${ms(r.reads.cluster.p50)} / ${ms(r.reads.cluster.p99)}`, num: r.reads.cluster.p99 });
   rows.push({ id: 'cluster.read.forward', what: `Forwarded read transport (ReadRpc request/reply, a ${fmt(r.reads.answerBytes)} B answer): p50 / p99`, value: `${ms(r.reads.forwardTransport.p50)} / ${ms(r.reads.forwardTransport.p99)}`, num: r.reads.forwardTransport.p99 });
   rows.push({ id: 'cluster.rss', what: 'RSS per process', value: Object.entries(r.rss).map(([n, b]) => `${n} ${mib(b)}`).join(', ') });
   return rows;
