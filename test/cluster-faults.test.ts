@@ -248,7 +248,7 @@ async function assertExactlyOnce(urls: string[], publishers: Publisher[], stats:
         await sleep(100);
         r = await api(url, `/metrics?from=${yesterday}&to=${today}`, { key: project.keys.secret });
       }
-      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.status, 200, `${url}, project ${project.project.id}, still ${r.status} after ${READ_RETRY_MS} ms of retries: ${JSON.stringify(r.body)}`);
       assert.equal(r.body.pageviews, batches * BATCH, `${url}: project ${project.project.id}: counted = acknowledged`);
       const pages = r.body.pages as Record<string, number>;
       const wrong = Object.entries(pages).filter(([p, n]) => n !== BATCH || !/^\/b\d+$/.test(p) || Number(p.slice(2)) >= batches);
