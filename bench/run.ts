@@ -8,6 +8,7 @@ import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median } from './lib/latency.ts';
 import { Progress } from './lib/progress.ts';
 import { GROWTH_FULL, GROWTH_QUICK, growthRows, runGrowth, type GrowthParams, type GrowthResults } from './growth.ts';
+import { CLUSTER_FULL, CLUSTER_QUICK, clusterRows, runCluster } from './cluster.ts';
 import { renderTable, type Row } from './report.ts';
 import { runState, type StateResults } from './state.ts';
 
@@ -20,6 +21,11 @@ import { runState, type StateResults } from './state.ts';
 const quick = process.argv.includes('--quick');
 /** `--growth`: only the growth section (issue 18), full size unless `--quick`; `--quick` alone also runs it, scaled down. */
 const growthOnly = process.argv.includes('--growth');
+/**
+ * `--cluster`: only the cluster section (issue 15, CLUSTER.md §11 "Bench"): a 3-server nats-server cluster and service
+ * processes on this machine; `--quick` scales it down (about 2 minutes). Not part of the plain `--quick` run (CI).
+ */
+const clusterOnly = process.argv.includes('--cluster');
 /**
  * `--scale=F` (with `--growth`): every state's event count times F, projects and days unchanged, for a pass at the
  * full tenant count and history length that fits in less time than the full hour (`--scale=0.1`: about 15 minutes).
@@ -76,6 +82,14 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const started = Date.now();
   try {
+    if (clusterOnly) {
+      const params = quick ? CLUSTER_QUICK : CLUSTER_FULL;
+      const cluster = await runCluster(tmp, params, progress);
+      progress.done();
+      notes.push(...cluster.notes);
+      finish(clusterRows(cluster), notes, started, { cluster, clusterParams: params });
+      return;
+    }
     if (growthOnly) {
       const growth = await runGrowth(tmp, GROWTH, progress);
       progress.done();
@@ -130,7 +144,7 @@ async function main(): Promise<void> {
 
 function finish(rows: Row[], notes: string[], started: number, raw: object): void {
   const table = renderTable(rows);
-  const header = `Benchmarks${quick ? ' (--quick)' : ''}${growthOnly ? ' (--growth)' : ''}: ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}), Node ${process.version}, ${new Date().toISOString()}, ${Math.round((Date.now() - started) / 1000)} s`;
+  const header = `Benchmarks${quick ? ' (--quick)' : ''}${growthOnly ? ' (--growth)' : ''}${clusterOnly ? ' (--cluster)' : ''}: ${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? '?'}), Node ${process.version}, ${new Date().toISOString()}, ${Math.round((Date.now() - started) / 1000)} s`;
   process.stdout.write(`\n${header}\n\n${table}\n`);
   if (notes.length > 0) process.stdout.write(`\nNotes:\n${notes.map((n) => `- ${n}`).join('\n')}\n`);
   const out = path.join(REPO_ROOT, 'bench/results');
@@ -139,6 +153,7 @@ function finish(rows: Row[], notes: string[], started: number, raw: object): voi
     date: new Date().toISOString(),
     quick,
     growthOnly,
+    clusterOnly,
     seconds: Math.round((Date.now() - started) / 1000),
     machine: { cpus: cpus().length, model: cpus()[0]?.model.trim(), memBytes: totalmem(), node: process.version },
     params: { ...PARAMS, growth: GROWTH },
@@ -146,8 +161,9 @@ function finish(rows: Row[], notes: string[], started: number, raw: object): voi
     notes,
     raw,
   };
-  writeFileSync(path.join(out, growthOnly ? 'growth.json' : 'latest.json'), `${JSON.stringify(json, null, 2)}\n`);
-  process.stdout.write(`\nwritten to bench/results/${growthOnly ? 'growth.json' : 'latest.json'}\n`);
+  const file = clusterOnly ? 'cluster.json' : growthOnly ? 'growth.json' : 'latest.json';
+  writeFileSync(path.join(out, file), `${JSON.stringify(json, null, 2)}\n`);
+  process.stdout.write(`\nwritten to bench/results/${file}\n`);
 }
 
 const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a');

@@ -38,6 +38,22 @@ const EnvSchema = z.object({
   ANALYTICS_BURST_PER_IP: z.coerce.number().positive().default(100),
   /** Prometheus operator metrics on this port (bound to HOST); unset = off, 0 = any free port */
   METRICS_PORT: port.optional(),
+  /** lmdb: one node, the default; cluster: NATS JetStream (CLUSTER.md) */
+  ANALYTICS_MODE: z.enum(['lmdb', 'cluster']).default('lmdb'),
+  /** cluster: this node's name, stable across restarts (membership, leases) */
+  ANALYTICS_NODE_ID: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'letters, digits, _ and - (1 to 64)').optional(),
+  /** cluster: comma-separated NATS URLs, all servers of the cluster */
+  ANALYTICS_NATS: z.string().min(1).optional(),
+  /** cluster: partitions of the event stream, read on the cluster's first start only (then from the cluster config) */
+  ANALYTICS_PARTITIONS: z.coerce.number().int().min(1).max(1024).default(16),
+  /** cluster: owner = each partition folded by its owner (reads forwarded); all = every node folds every partition */
+  ANALYTICS_FOLD: z.enum(['owner', 'all']).default('owner'),
+  /** cluster: how long an ingest retries a publish (same message id) through a leader failover before a 503 */
+  ANALYTICS_PUBLISH_DEADLINE_MS: z.coerce.number().int().min(100).default(30_000),
+  /** cluster: the stream's max_age in days; unset = keep every event */
+  ANALYTICS_RETENTION_DAYS: z.coerce.number().int().min(1).optional(),
+  /** cluster: the stream's max_bytes (discard new: a full stream refuses writes with 503); unset = unlimited */
+  ANALYTICS_MAX_STREAM_BYTES: z.coerce.number().int().min(1).optional(),
   /** quiet startup/shutdown logs (tests) */
   ANALYTICS_QUIET: bool.default(false),
   /** set by npm for `npm start`, `npm exec`/`npx` (npm's own variable, not ours) */
@@ -59,6 +75,9 @@ export interface Config {
   rate: { perKey: number; burstPerKey: number; perIp: number; burstPerIp: number };
   quiet: boolean;
   metricsPort: number | undefined;
+  mode: 'lmdb' | 'cluster';
+  /** present when mode is cluster */
+  cluster: ClusterConfig | undefined;
   /**
    * Started by npm (`npm start`, `npx analytics serve`): npm forwards a signal only to the shell it spawned, and that
    * shell dies without relaying it, so the service also stops (drains) when its parent process goes away.
@@ -66,7 +85,38 @@ export interface Config {
   stopWithParent: boolean;
 }
 
+export interface ClusterConfig {
+  nodeId: string;
+  natsUrls: string[];
+  partitions: number;
+  fold: 'owner' | 'all';
+  publishDeadlineMs: number;
+  retentionDays: number | undefined;
+  maxStreamBytes: number | undefined;
+}
+
 export class ConfigError extends Error {}
+
+function clusterConfig(e: z.infer<typeof EnvSchema>): ClusterConfig | undefined {
+  if (e.ANALYTICS_MODE !== 'cluster') return undefined;
+  const missing: string[] = [];
+  // Every node must accept the same admin key from its first start: there is no admin.key file to share.
+  if (e.ANALYTICS_ADMIN_KEY === undefined) missing.push('  ANALYTICS_ADMIN_KEY: required in cluster mode (the same on every node)');
+  if (e.ANALYTICS_NATS === undefined) missing.push('  ANALYTICS_NATS: required in cluster mode (nats://host:port of every NATS server, comma separated)');
+  if (e.ANALYTICS_NODE_ID === undefined) missing.push('  ANALYTICS_NODE_ID: required in cluster mode (a stable name per node)');
+  const urls = (e.ANALYTICS_NATS ?? '').split(',').map((u) => u.trim()).filter((u) => u !== '');
+  for (const u of urls) if (!/^(nats|tls):\/\/[^\s/]+$/.test(u)) missing.push(`  ANALYTICS_NATS: "${u}" is not nats://host:port`);
+  if (missing.length > 0) throw new ConfigError(`invalid configuration:\n${missing.join('\n')}`);
+  return Object.freeze({
+    nodeId: e.ANALYTICS_NODE_ID!,
+    natsUrls: urls,
+    partitions: e.ANALYTICS_PARTITIONS,
+    fold: e.ANALYTICS_FOLD,
+    publishDeadlineMs: e.ANALYTICS_PUBLISH_DEADLINE_MS,
+    retentionDays: e.ANALYTICS_RETENTION_DAYS,
+    maxStreamBytes: e.ANALYTICS_MAX_STREAM_BYTES,
+  });
+}
 
 export function loadConfig(env: Record<string, string | undefined> = process.env): Readonly<Config> {
   const parsed = EnvSchema.safeParse(env);
@@ -95,6 +145,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }),
     quiet: e.ANALYTICS_QUIET,
     metricsPort: e.METRICS_PORT,
+    mode: e.ANALYTICS_MODE,
+    cluster: clusterConfig(e),
     stopWithParent: e.npm_command !== undefined && e.npm_command !== '',
   });
 }

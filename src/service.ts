@@ -40,6 +40,8 @@ export interface RunningService {
 export interface ServiceOptions {
   now?: () => number;
   log?: (line: string) => void;
+  /** cluster mode, tests: a suffix for every NATS resource name, so each test has its own stream and buckets */
+  cluster?: { tag?: string };
   /** connection caps and handshake deadline of both ports (tests use small ones); absent = the faces' defaults */
   connections?: { handshakeMs?: number; maxConnections?: number; maxConnectionsPerIp?: number };
 }
@@ -47,7 +49,14 @@ export interface ServiceOptions {
 export async function startService(config: Readonly<Config>, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? (config.quiet ? () => {} : (line: string) => console.log(line));
   const ops = config.metricsPort === undefined ? undefined : new OperatorMetrics();
-  const engineOpts = opts.now ? { config, version: VERSION, log, now: opts.now, ops } : { config, version: VERSION, log, ops };
+  const engineOpts = {
+    config,
+    version: VERSION,
+    log,
+    ops,
+    ...(opts.now ? { now: opts.now } : {}),
+    ...(opts.cluster?.tag !== undefined ? { clusterTag: opts.cluster.tag } : {}),
+  };
   const engine = await Engine.open(engineOpts);
   const c = opts.connections ?? {};
   const http = new HttpFace(engine, {

@@ -23,3 +23,35 @@ test('bad values stop startup with a message naming each setting', () => {
     assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.message.includes(name), name);
   }
 });
+
+test('cluster mode is off by default and names every setting it is missing', () => {
+  const c = loadConfig({});
+  assert.equal(c.mode, 'lmdb');
+  assert.equal(c.cluster, undefined);
+  assert.throws(
+    () => loadConfig({ ANALYTICS_MODE: 'cluster' }),
+    (err: unknown) =>
+      err instanceof ConfigError &&
+      ['ANALYTICS_ADMIN_KEY', 'ANALYTICS_NATS', 'ANALYTICS_NODE_ID'].every((name) => err.message.includes(name)),
+  );
+  assert.throws(
+    () => loadConfig({ ANALYTICS_MODE: 'cluster', ANALYTICS_ADMIN_KEY: 'ak_0123456789abcdefghijklmn', ANALYTICS_NODE_ID: 'a', ANALYTICS_NATS: 'http://x:1' }),
+    (err: unknown) => err instanceof ConfigError && err.message.includes('is not nats://host:port'),
+  );
+  assert.throws(() => loadConfig({ ANALYTICS_FOLD: 'some' }), (err: unknown) => err instanceof ConfigError && err.message.includes('ANALYTICS_FOLD'));
+  const ok = loadConfig({
+    ANALYTICS_MODE: 'cluster',
+    ANALYTICS_ADMIN_KEY: 'ak_0123456789abcdefghijklmn',
+    ANALYTICS_NODE_ID: 'node-a',
+    ANALYTICS_NATS: 'nats://127.0.0.1:4221, nats://127.0.0.1:4222',
+  });
+  assert.deepEqual(ok.cluster, {
+    nodeId: 'node-a',
+    natsUrls: ['nats://127.0.0.1:4221', 'nats://127.0.0.1:4222'],
+    partitions: 16,
+    fold: 'owner',
+    publishDeadlineMs: 30_000,
+    retentionDays: undefined,
+    maxStreamBytes: undefined,
+  });
+});

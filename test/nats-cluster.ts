@@ -121,7 +121,7 @@ export async function startNatsCluster(): Promise<NatsCluster> {
   await Promise.all(servers.map((_, i) => waitReady(i)));
 
   const urlList = servers.map((s) => `nats://127.0.0.1:${s.client}`);
-  return {
+  const cluster: NatsCluster = {
     dir,
     servers,
     urls: urlList.join(','),
@@ -166,8 +166,9 @@ export async function startNatsCluster(): Promise<NatsCluster> {
       );
     },
     async stop() {
-      await Promise.all(servers.map(async (_, i) => this.kill(i, 'SIGTERM')));
+      await Promise.all(servers.map(async (_, i) => cluster.kill(i, 'SIGTERM')));
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  return cluster;
 }

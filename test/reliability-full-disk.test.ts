@@ -25,7 +25,7 @@ test('an injected store fault: 503 unavailable with Retry-After, health 503, rea
     const p = await createProject(svc.url, svc.adminKey);
     const key = p.keys.secret;
     assert.equal((await api(svc.url, '/analytics', { key, body: batch('a', 10) })).status, 200);
-    const store = (svc.service.engine as unknown as { store: { fault: unknown } }).store;
+    const store = (svc.service.engine as unknown as { backend: { store: { fault: unknown } } }).backend.store;
     store.fault = () => Object.assign(new Error('MDB_MAP_FULL: injected'), { code: 'ENOSPC' });
     const refused = await api(svc.url, '/analytics', { key, body: batch('b', 7) });
     assert.equal(refused.status, 503);

@@ -17,3 +17,16 @@ export function hash53(input: string, seed = 0): number {
   h2 ^= Math.imul(h1 ^ (h1 >>> 13), 3266489909);
   return 4294967296 * (2097151 & h2) + (h1 >>> 0);
 }
+
+/**
+ * FNV-1a, 32 bits, over the string's UTF-16 code units (project ids are ASCII). Cluster mode places a project's events
+ * on partition `fnv1a32(projectId) mod P`: every node and every version must agree, so this never changes.
+ */
+export function fnv1a32(input: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < input.length; i++) {
+    h ^= input.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}

@@ -53,6 +53,8 @@ export interface ProjectSnapshot {
   recent: PackedRing | Array<string | number> | Uint8Array | Encoded | StoredRing;
   monthly: Pairs;
   realtime: RealtimeSnapshot;
+  /** cluster mode: the eventIds applyOnce remembers, [id, receive time] in fold order (absent when none) */
+  ids?: Array<[string, number]>;
 }
 
 export interface SnapshotData {
@@ -113,14 +115,16 @@ export function toSnapshot(
       days.push(encodeDay(id, d));
       index.push([d.day, d.firstSeq, d.lastSeq]);
     }
-    projects.push({
+    const ps: ProjectSnapshot = {
       id,
       days,
       index,
       recent: encodeRing(id, p.recent),
       monthly: [...p.monthly],
       realtime: p.realtime.toSnapshot(),
-    });
+    };
+    if (p.eventIds && p.eventIds.size > 0) ps.ids = [...p.eventIds];
+    projects.push(ps);
   }
   return { version: SNAPSHOT_VERSION, lastSeq: state.lastSeq, maxRt: state.maxRt, projects };
 }
@@ -146,6 +150,7 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
     for (const [k, v] of ps.monthly) p.monthly.set(k, v);
     p.realtime.restore(ps.realtime);
     state.realtimeHeld.add(p);
+    if (ps.ids && ps.ids.length > 0) p.eventIds = new Map(ps.ids);
   }
   return state;
 }

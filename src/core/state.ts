@@ -1,7 +1,7 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMidnight, utcMonthOf } from './dates.ts';
 import { hash53 } from './hash.ts';
-import { LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
+import { DEDUP_PRUNE_MARGIN_MS, DEDUP_WINDOW_MS, LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { LogRecord, StoredEvent } from './types.ts';
@@ -15,6 +15,11 @@ export class ProjectState {
   readonly monthly = new Map<string, number>();
   /** the last 30 minutes by receive time (GET /metrics/realtime) */
   readonly realtime = new Realtime();
+  /**
+   * Cluster mode only (applyOnce): eventId -> receive time of the copy that counted, in fold order. Single-node mode
+   * leaves it undefined: ingest refuses repeats there and the ids live in LMDB (RememberedIds).
+   */
+  eventIds: Map<string, number> | undefined;
 }
 
 /** A live day the reducer hands over to be sealed (written to the store, then dropped from the heap). */
@@ -107,6 +112,70 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
 export function pruneRealtime(state: AnalyticsState): void {
   for (const p of state.realtimeHeld) if (p.realtime.prune(state.maxRt)) state.realtimeHeld.delete(p);
   state.nextRealtimePrune = state.maxRt + REALTIME_KEPT_MS;
+}
+
+/**
+ * Was `eventId` counted for the project within the de-duplication window of `rt`? Judged by the records' receive
+ * times only, so every node folding the same log agrees, whichever node took each copy.
+ */
+export function isDuplicate(state: AnalyticsState, projectId: string, eventId: string, rt: number): boolean {
+  const seen = state.projects.get(projectId)?.eventIds?.get(eventId);
+  return seen !== undefined && Math.abs(rt - seen) < DEDUP_WINDOW_MS;
+}
+
+/**
+ * The reducer of cluster mode (CLUSTER.md §7): like `apply`, but a record whose eventId was counted for its project
+ * within 48 h (by record receive time) is skipped. `lastSeq` moves either way. Deterministic in log order, so replay,
+ * a new owner and every node reach the same state. A skipped record changes nothing else (not even maxRt), so folding
+ * a log with repeats equals folding it with the repeats removed.
+ */
+export function applyOnce(state: AnalyticsState, seq: number, record: LogRecord): boolean {
+  if (record.t !== 'e' || record.eventId === undefined) {
+    apply(state, seq, record);
+    return true;
+  }
+  const id = record.eventId;
+  if (isDuplicate(state, record.p, id, record.rt)) {
+    state.lastSeq = seq;
+    return false;
+  }
+  apply(state, seq, record);
+  const p = state.project(record.p);
+  const ids = (p.eventIds ??= new Map());
+  ids.delete(id); // re-inserted at the end: the map stays in fold order, which prune relies on
+  ids.set(id, record.rt);
+  return true;
+}
+
+/**
+ * Forgets eventIds no later record can repeat: older than the window before min(now, maxRt), less a margin for
+ * receive clocks of different nodes that disagree. `now` is the engine's clock (core reads none); maxRt keeps a replay
+ * hours behind from forgetting an id a later record of the log still needs. Ids are in fold order, which is receive
+ * order up to clock skew, so each project's scan stops at the first id younger than the cutoff plus the margin.
+ */
+export function pruneEventIds(state: AnalyticsState, now: number): number {
+  const cutoff = Math.min(now, state.maxRt) - DEDUP_WINDOW_MS - DEDUP_PRUNE_MARGIN_MS;
+  let removed = 0;
+  for (const p of state.projects.values()) {
+    const ids = p.eventIds;
+    if (!ids) continue;
+    for (const [id, rt] of ids) {
+      if (rt >= cutoff + DEDUP_PRUNE_MARGIN_MS) break;
+      if (rt < cutoff) {
+        ids.delete(id);
+        removed++;
+      }
+    }
+    if (ids.size === 0) p.eventIds = undefined;
+  }
+  return removed;
+}
+
+/** eventIds held by applyOnce (cluster mode), for operator figures and tests. */
+export function rememberedIdCount(state: AnalyticsState): number {
+  let n = 0;
+  for (const p of state.projects.values()) n += p.eventIds?.size ?? 0;
+  return n;
 }
 
 function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {

@@ -1,21 +1,17 @@
-import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
 import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
-import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES, REALTIME_MINUTES } from '../core/limits.ts';
-import type { SealedSource } from '../core/day-view.ts';
-import { compareRange, isCompareMode, metrics, resolveRange } from '../core/metrics.ts';
-import { sealedSource } from '../core/sealed-source.ts';
+import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import { compareRange, isCompareMode, resolveRange } from '../core/metrics.ts';
 import { normalizeEvent } from '../core/normalize.ts';
-import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
-import { classifySource, createEnricher, type ClientFacts, type Enricher } from '../enrich/index.ts';
-import { LogStore, type KeyRecord, type ProjectRecord } from '../store/log-store.ts';
-import type { RememberedIds } from '../store/remembered-ids.ts';
-import type { SealedStore } from '../store/sealed-store.ts';
-import { SnapshotFiles } from '../store/snapshot-files.ts';
+import { classifySource, type ClientFacts } from '../enrich/index.ts';
+import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
+import type { Catalog } from '../store/seams.ts';
+import type { Backend } from './backend.ts';
+import { ClusterBackend } from './cluster-backend.ts';
+import { LmdbBackend } from './lmdb-backend.ts';
 import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
 import {
@@ -28,10 +24,7 @@ import {
   UpdateProjectSchema,
 } from './project-input.ts';
 import { clientBucket, RateLimiter } from './rate-limiter.ts';
-import { recoverState } from './recovery.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
-import { Sealer } from './sealer.ts';
-import { Snapshotter } from './snapshotter.ts';
 import { failure as fail, type Failure as Fail } from './types.ts';
 import type {
   AnalyticsEngine,
@@ -55,13 +48,9 @@ import type {
 
 /** CONTRACT: default monthly allowance per project. */
 const DEFAULT_MONTHLY_QUOTA = 100_000;
-/** Prune remembered eventIds this often; they expire after 48 h, so hourly keeps at most ~49 h of them. */
-const PRUNE_EVERY_MS = 3_600_000;
-/** Records examined per retention slice before yielding to requests. */
-const RETENTION_SLICE = 10_000;
-const DAY_MS = 86_400_000;
-/** Re-check that storage accepts writes this often while idle (health). */
-const HEALTH_PROBE_EVERY_MS = 10_000;
+/** Cluster: lookups past the catalog mirror for unknown keys, per client IP (a key made elsewhere appears within ms). */
+const KEY_REFRESH_RATE = 5;
+const KEY_REFRESH_BURST = 10;
 /** Salts rotate at midnight UTC; checking each minute keeps the rotation within a minute of it. */
 const SALT_CHECK_EVERY_MS = 60_000;
 
@@ -77,6 +66,8 @@ export interface EngineOptions {
   version: string;
   /** the clock; injected so tests can move time */
   now?: () => number;
+  /** cluster mode, tests: a suffix for every NATS resource name (each test its own stream and buckets) */
+  clusterTag?: string | undefined;
   log?: (line: string) => void;
 }
 
@@ -88,13 +79,6 @@ export interface EngineOptions {
 export class Engine implements AnalyticsEngine {
   private readonly projects = new Map<string, ProjectRecord>();
   private readonly limiter = new RateLimiter();
-  /** eventIds appended but not yet folded, so two concurrent requests cannot both store the same id */
-  private readonly pendingIds = new Map<string, Set<string>>();
-  /** events appended but not yet folded, per project (the quota must see them) */
-  private readonly pendingCounts = new Map<string, number>();
-  /** folds run in append (= sequence) order */
-  private foldTail: Promise<void> = Promise.resolve();
-  private storageOk = true;
   /** creation time of the newest project (creation times strictly increase) */
   private lastCreatedAt = 0;
   private closing = false;
@@ -103,69 +87,69 @@ export class Engine implements AnalyticsEngine {
   readonly now: () => number;
   private readonly log: (line: string) => void;
   private ops: OperatorMetrics | undefined;
-  private readonly sealer: Sealer;
-  private readonly sealed: SealedSource;
-  private readonly sealedStore: SealedStore;
-  private readonly ids: RememberedIds;
+  private readonly catalog: Catalog;
 
   private constructor(
     private readonly config: Readonly<Config>,
     private readonly version: string,
-    private readonly store: LogStore,
-    private readonly state: AnalyticsState,
-    private readonly enricher: Enricher,
-    private readonly snapshotter: Snapshotter,
+    private readonly backend: Backend,
     now: () => number,
     log: (line: string) => void,
   ) {
     this.now = now;
     this.log = log;
     this.startedAt = now();
+    this.catalog = backend.catalog;
     // Map order is creation order: GET /projects pages through it.
-    const all = store.listProjects().sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const all = this.catalog.projects().sort(byCreation);
     for (const p of all) this.projects.set(p.id, p);
     this.lastCreatedAt = all.at(-1)?.createdAt ?? 0;
-    // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
-    for (const id of [...state.projects.keys()]) {
-      if (!this.projects.has(id)) {
-        state.projects.delete(id);
-        snapshotter.purgePending = true;
-      }
-    }
-    this.ids = store.openRememberedIds();
-    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
-    this.sealedStore = store.openSealedStore();
-    this.sealed = sealedSource(this.sealedStore);
-    this.sealer = new Sealer(state, this.sealedStore, log);
-    // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
-    collectSealable(state);
-    this.sealer.kick();
-    void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
+    // Changes made on another node (cluster), or here: the project list follows the catalog.
+    this.catalog.onChange(({ kind, id }) => {
+      if (kind === 'project') this.syncProject(id);
+    });
   }
 
   static async open(opts: EngineOptions): Promise<Engine> {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
-    const store = LogStore.open(opts.config.dataDir, opts.config.durability, { log });
-    const files = new SnapshotFiles(opts.config.dataDir);
-    const state = recoverState(store, files, log);
-    const enricher = await createEnricher({
-      geoDbPath: opts.config.geoDbPath,
-      salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
-      now: now(),
-    });
     const ops = opts.ops;
-    const snapshotter = new Snapshotter(state, files, opts.config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
-    const engine = new Engine(opts.config, opts.version, store, state, enricher, snapshotter, now, log);
+    const backend: Backend =
+      opts.config.cluster !== undefined
+        ? await ClusterBackend.open(opts.config, opts.config.cluster, { now, log, version: opts.version, tag: opts.clusterTag })
+        : await LmdbBackend.open(opts.config, now, log, ops);
+    const engine = new Engine(opts.config, opts.version, backend, now, log);
     if (ops) {
       engine.ops = ops;
       ops.observeState(() => engine.stats());
     }
-    await engine.bootstrapAdminKey();
-    // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
-    for (const id of store.pendingErasures()) await engine.eraseProject(id);
+    await backend.bootstrapAdminKey(opts.config, now());
+    if (backend instanceof LmdbBackend) {
+      // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
+      for (const id of backend.pendingErasures()) await backend.eraseProject(id);
+    }
     engine.startTimers();
     return engine;
+  }
+
+  /** The catalog changed (here or on another node): keep creation order, so cursors never skip a project. */
+  private syncProject(id: string): void {
+    const p = this.catalog.project(id);
+    if (!p) {
+      this.projects.delete(id);
+      return;
+    }
+    const had = this.projects.has(id);
+    this.projects.set(id, p);
+    if (p.createdAt > this.lastCreatedAt) this.lastCreatedAt = p.createdAt;
+    if (!had) {
+      const last = [...this.projects.values()].at(-2);
+      if (last && byCreation(last, p) > 0) {
+        const sorted = [...this.projects.values()].sort(byCreation);
+        this.projects.clear();
+        for (const q of sorted) this.projects.set(q.id, q);
+      }
+    }
   }
 
   // ---------------------------------------------------------------- ingest
@@ -185,6 +169,7 @@ export class Engine implements AnalyticsEngine {
 
   private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -194,17 +179,16 @@ export class Engine implements AnalyticsEngine {
       return fail('payload_too_large', `a batch holds at most ${MAX_BATCH_EVENTS} events (got ${events.length})`, {}, rate);
     }
 
-    // After a project deletion the store compacts and swaps its file; the eventId check below may read LMDB.
-    await this.store.settled();
+    await this.backend.settled();
     const now = this.now();
     const client: ClientFacts = { ip: meta.ip, userAgent: meta.userAgent };
-    const facts = this.enricher.classify(client);
+    const enricher = this.backend.enricher;
+    const facts = enricher.classify(client);
     // Facts of the request, not of an event: worked out once per batch.
     const botDay = facts.bot ? dayOf(now, project.timezone) : '';
     const details: ErrorDetail[] = [];
     const records: LogRecord[] = [];
     const batchIds = new Set<string>();
-    const pending = this.pendingIds.get(project.id);
     let stored = 0;
 
     for (let index = 0; index < events.length; index++) {
@@ -233,7 +217,7 @@ export class Engine implements AnalyticsEngine {
         continue;
       }
       const { source, referrer } = classifySource(input.referrer ?? '', input.url ?? '');
-      const sessionId = input.sessionId ?? this.enricher.anonymousSessionId(project.id, client, now);
+      const sessionId = input.sessionId ?? enricher.anonymousSessionId(project.id, client, now);
       const normalized = normalizeEvent(input, {
         projectId: project.id,
         timezone: project.timezone,
@@ -255,7 +239,7 @@ export class Engine implements AnalyticsEngine {
       const id = normalized.event.eventId;
       if (id !== undefined) {
         // A repeat is acknowledged again but stored once: already folded, in flight, or earlier in this batch.
-        if (batchIds.has(id) || pending?.has(id) || this.ids.has(project.id, id, now)) continue;
+        if (batchIds.has(id) || this.backend.seen(project.id, id, now)) continue;
         batchIds.add(id);
       }
       records.push(normalized.event);
@@ -268,7 +252,7 @@ export class Engine implements AnalyticsEngine {
 
     const quota = project.monthlyQuota;
     if (quota > 0 && stored > 0) {
-      const used = storedThisMonth(this.state, project.id, now) + (this.pendingCounts.get(project.id) ?? 0);
+      const used = this.backend.usedThisMonth(project.id, now);
       if (used + stored > quota) {
         const reset = nextUtcMonthStart(now);
         return fail('quota_exceeded', `the monthly allowance of ${quota} events is used up (${used} stored this month)`, {
@@ -278,7 +262,7 @@ export class Engine implements AnalyticsEngine {
     }
 
     if (records.length > 0) {
-      const appended = await this.appendAndFold(project.id, records, batchIds, stored);
+      const appended = await this.backend.commit(project.id, records, batchIds, stored);
       if (!appended) return fail('unavailable', 'storage is not accepting writes; nothing was stored', { retryAfterSeconds: 1 }, rate);
     }
     const bots = facts.bot ? records.length : 0;
@@ -286,41 +270,10 @@ export class Engine implements AnalyticsEngine {
     return { ok: true, value: { ts: now, accepted: events.length, counts }, rate };
   }
 
-  private async appendAndFold(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
-    let pending = this.pendingIds.get(projectId);
-    if (!pending) this.pendingIds.set(projectId, (pending = new Set()));
-    for (const id of ids) pending.add(id);
-    this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
-
-    const appendStarted = performance.now();
-    // The ids are written in the append's own transaction: durable exactly when their events are.
-    const appended = this.store.append(records, () => this.ids.writeWith(records));
-    let ok = false;
-    const folded = this.foldTail.then(async () => {
-      try {
-        const first = await appended;
-        if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
-        for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
-        this.snapshotter.fold(first, records);
-        this.sealer.kick();
-        this.storageOk = true;
-        ok = true;
-      } catch (err) {
-        this.storageOk = false;
-        this.log(`append failed: ${err instanceof Error ? err.message : String(err)}`);
-      } finally {
-        for (const id of ids) pending.delete(id);
-        this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) - stored);
-      }
-    });
-    this.foldTail = folded;
-    await folded;
-    return ok;
-  }
-
   // ---------------------------------------------------------------- reads
 
-  metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse> {
+  async metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>> {
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -330,28 +283,20 @@ export class Engine implements AnalyticsEngine {
       return fail('invalid_request', '`compare` must be "previous" or "year"', {}, rate);
     }
     const compare = query.compare === undefined ? undefined : compareRange(query.compare, range.from, range.to);
-    if (!this.store.readable()) {
-      return fail('unavailable', 'storage is swapping in its compacted file after a project deletion; retry in a moment', { retryAfterSeconds: 1 }, rate);
-    }
-    const value = metrics(this.state, project.id, project.timezone, range.from, range.to, { trackedProps: project.trackedProps, compare, sealed: this.sealed });
-    return { ok: true, value, rate };
+    const out = await this.backend.read({ kind: 'metrics', projectId: project.id, timezone: project.timezone, from: range.from, to: range.to, trackedProps: project.trackedProps, compare });
+    if ('unavailable' in out) return fail('unavailable', out.unavailable, { retryAfterSeconds: 1 }, rate);
+    return { ok: true, value: out.value as MetricsResponse, rate };
   }
 
   /** The last 30 minutes of the project, by receive time, as of the engine clock. */
-  realtime(meta: RequestMeta, query: RealtimeQuery): Outcome<RealtimeResponse> {
+  async realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>> {
+    if (this.config.cluster) await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
-    const figures = this.state.projects.get(project.id)?.realtime.read(this.now());
-    const value: RealtimeResponse = {
-      projectId: project.id,
-      visitors: figures?.visitors ?? 0,
-      pageviews: figures?.pageviews ?? 0,
-      perMinute: figures?.perMinute ?? new Array<number>(REALTIME_MINUTES).fill(0),
-      pages: figures?.pages ?? {},
-      sources: figures?.sources ?? {},
-    };
-    return { ok: true, value, rate };
+    const out = await this.backend.read({ kind: 'realtime', projectId: project.id, now: this.now() });
+    if ('unavailable' in out) return fail('unavailable', out.unavailable, { retryAfterSeconds: 1 }, rate);
+    return { ok: true, value: out.value as RealtimeResponse, rate };
   }
 
   /** The gate of the reads: an sk_ key for its own project, or an admin key naming one, from an allowed origin. */
@@ -454,9 +399,9 @@ export class Engine implements AnalyticsEngine {
       hint: keyHint(k),
     });
     try {
-      await this.store.putProject(project, [[hashKey(secret), record('secret', secret)], [hashKey(publishable), record('publishable', publishable)]]);
+      await this.catalog.putProject(project, [[hashKey(secret), record('secret', secret)], [hashKey(publishable), record('publishable', publishable)]]);
     } catch (err) {
-      this.storageOk = false;
+      this.backend.storageOk = false;
       this.log(`project write failed: ${err instanceof Error ? err.message : String(err)}`);
       return fail('unavailable', 'storage is not accepting writes', { retryAfterSeconds: 1 }, rate);
     }
@@ -493,7 +438,7 @@ export class Engine implements AnalyticsEngine {
       if (r.per_ip !== undefined) next.rate.perIp = r.per_ip;
       if (r.burst_per_ip !== undefined) next.rate.burstPerIp = r.burst_per_ip;
     }
-    const written = await this.write(() => this.store.updateProject(next), rate);
+    const written = await this.write(() => this.catalog.putProject(next, []), rate);
     if (written) return written;
     if (this.projects.has(projectId)) this.projects.set(projectId, next); // a delete may have raced the write
     return { ok: true, value: { project: view(next) }, rate };
@@ -504,37 +449,22 @@ export class Engine implements AnalyticsEngine {
     const gate = this.admitProject(meta, projectId);
     if (!gate.ok) return gate;
     const { rate } = gate.value;
+    const refusal = this.backend.deleteRefusal();
+    if (refusal !== undefined) return fail('conflict', refusal, {}, rate);
     // Gone for every request from here on: its keys answer 401, its metrics 404, nothing more is appended for it.
     this.projects.delete(projectId);
-    const removed = await this.write(() => this.store.deleteProject(projectId), rate);
+    const removed = await this.write(() => this.catalog.deleteProject(projectId), rate);
     if (removed) return removed;
-    await this.foldTail; // batches appended before the delete are folded (and so erased below)
-    const erased = await this.write(() => this.eraseProject(projectId), rate);
+    const erased = await this.write(() => this.backend.eraseProject(projectId), rate);
     if (erased) return erased;
     return { ok: true, value: { ok: true }, rate };
-  }
-
-  /** Erases a deleted project's events from the log, its state, and every snapshot file. */
-  private async eraseProject(projectId: string): Promise<void> {
-    // Its live state goes first, and no day of it is left queued or being written by the sealer, so nothing of it
-    // is sealed again after the store has erased its sealed days, month rollups and remembered eventIds.
-    this.state.projects.delete(projectId);
-    this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
-    await this.sealer.idle();
-    const n = await this.store.eraseProjectEvents(projectId);
-    this.state.projects.delete(projectId);
-    this.pendingIds.delete(projectId);
-    this.pendingCounts.delete(projectId);
-    // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
-    await this.snapshotter.snapshot({ replaceAll: true });
-    this.log(`project ${projectId} deleted; ${n} log records erased`);
   }
 
   listKeys(meta: RequestMeta, projectId: string): Outcome<{ keys: KeyView[] }> {
     const gate = this.admitProject(meta, projectId);
     if (!gate.ok) return gate;
-    const keys = this.store
-      .listKeys(projectId)
+    const keys = this.catalog
+      .keys(projectId)
       .sort(([, a], [, b]) => a.createdAt - b.createdAt)
       .map(([hash, record]) => keyView(hash, record));
     return { ok: true, value: { keys }, rate: gate.value.rate };
@@ -557,7 +487,7 @@ export class Engine implements AnalyticsEngine {
     const key = generateKey(parsed.data.type);
     record.hint = keyHint(key);
     const hash = hashKey(key);
-    const written = await this.write(() => this.store.putKey(hash, record), rate);
+    const written = await this.write(() => this.catalog.putKey(hash, record), rate);
     if (written) return written;
     return { ok: true, value: { key, ...keyView(hash, record) }, rate };
   }
@@ -569,7 +499,7 @@ export class Engine implements AnalyticsEngine {
     const { rate } = gate.value;
     const parsed = UpdateKeySchema.safeParse(body);
     if (!parsed.success) return fail('invalid_request', 'invalid key update', { details: zodDetails(parsed.error.issues) }, rate);
-    const keys = this.store.listKeys(projectId);
+    const keys = this.catalog.keys(projectId);
     const found = keys.find(([hash, r]) => keyIdOf(r, hash) === keyId);
     if (!found) return fail('not_found', `no key "${keyId}" in project "${projectId}"`, {}, rate);
     const [hash, record] = found;
@@ -580,7 +510,7 @@ export class Engine implements AnalyticsEngine {
       return fail('conflict', 'a project keeps at least one secret key: create another one (keys rotate) first', {}, rate);
     }
     const next: KeyRecord = { ...record, expiresAt: at };
-    const written = await this.write(() => this.store.putKey(hash, next), rate);
+    const written = await this.write(() => this.catalog.putKey(hash, next), rate);
     if (written) return written;
     return { ok: true, value: keyView(hash, next), rate };
   }
@@ -590,7 +520,7 @@ export class Engine implements AnalyticsEngine {
     const gate = this.admitProject(meta, projectId);
     if (!gate.ok) return gate;
     const { rate } = gate.value;
-    const keys = this.store.listKeys(projectId);
+    const keys = this.catalog.keys(projectId);
     const found = keys.find(([hash, r]) => keyIdOf(r, hash) === keyId);
     if (!found) return fail('not_found', `no key "${keyId}" in project "${projectId}"`, {}, rate);
     const [hash, record] = found;
@@ -598,7 +528,7 @@ export class Engine implements AnalyticsEngine {
     if (record.kind === 'secret' && !keys.some(([h, r]) => h !== hash && r.kind === 'secret' && isLive(r, now))) {
       return fail('conflict', 'this is the project\'s last secret key: create another one before revoking it', {}, rate);
     }
-    const written = await this.write(() => this.store.deleteKey(hash), rate);
+    const written = await this.write(() => this.catalog.deleteKey(hash), rate);
     if (written) return written;
     return { ok: true, value: { ok: true }, rate };
   }
@@ -609,19 +539,21 @@ export class Engine implements AnalyticsEngine {
       await run();
       return undefined;
     } catch (err) {
-      this.storageOk = false;
+      this.backend.storageOk = false;
       this.log(`storage write failed: ${err instanceof Error ? err.message : String(err)}`);
       return fail('unavailable', 'storage is not accepting writes', { retryAfterSeconds: 1 }, rate);
     }
   }
 
   health(): HealthView {
-    return {
-      status: this.closing || !this.storageOk ? 'unavailable' : 'ok',
+    const h = this.backend.health(this.startedAt);
+    const view: HealthView = {
+      status: this.closing || !this.backend.storageOk || !h.ready ? 'unavailable' : 'ok',
       version: this.version,
       uptimeSeconds: Math.floor((this.now() - this.startedAt) / 1000),
-      log: { lastSeq: this.store.lastSeq(), verifiedRecords: this.store.verified, verifiedAt: new Date(this.startedAt).toISOString(), ok: true },
     };
+    if (h.log) view.log = h.log;
+    return view;
   }
 
   // ---------------------------------------------------------------- rules
@@ -630,13 +562,32 @@ export class Engine implements AnalyticsEngine {
     const key = bearerKey(meta.authorization);
     if (key === undefined) return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
     const keyHash = hashKey(key);
-    const record = this.store.getKey(keyHash);
+    const record = this.catalog.key(keyHash);
     if (!record) return fail('unauthorized', 'unknown or revoked API key', {}, this.unspentRate());
     if (!isLive(record, this.now())) return fail('unauthorized', 'the API key has expired', {}, this.unspentRate());
     if (record.projectId !== undefined && !this.projects.has(record.projectId)) {
       return fail('unauthorized', 'the key\'s project was deleted', {}, this.unspentRate());
     }
     return { ok: true, value: { key: record, keyHash } };
+  }
+
+  /**
+   * Cluster: a key the catalog mirror does not hold may have been made on another node a moment ago: one lookup past
+   * the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn into a flood of lookups.
+   * Single node: the catalog is the store, nothing to refresh.
+   */
+  private async refreshUnknownKey(meta: RequestMeta): Promise<void> {
+    const key = bearerKey(meta.authorization);
+    if (key === undefined) return;
+    const hash = hashKey(key);
+    if (this.catalog.key(hash) !== undefined) return;
+    const bucket = this.limiter.take(`refresh:${clientBucket(meta.ip)}`, KEY_REFRESH_RATE, KEY_REFRESH_BURST, this.now());
+    if (!bucket.allowed) return;
+    try {
+      await this.catalog.refreshKey(hash);
+    } catch (err) {
+      this.log(`key lookup failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
 
   /**
@@ -748,12 +699,15 @@ export class Engine implements AnalyticsEngine {
     const project = who.key.projectId === undefined ? undefined : this.projects.get(who.key.projectId);
     const r = project?.rate;
     const now = this.now();
-    const byKey = this.limiter.take(`k:${who.keyHash}`, r?.perKey ?? d.perKey, r?.burstPerKey ?? d.burstPerKey, now);
+    // Cluster: each node takes its share of every bucket (CLUSTER.md §8); one node: the whole bucket.
+    const share = this.backend.rateShare();
+    const take = (key: string, rate: number, burst: number) => this.limiter.take(key, share === 1 ? rate : rate / share, share === 1 ? burst : Math.ceil(burst / share), now);
+    const byKey = take(`k:${who.keyHash}`, r?.perKey ?? d.perKey, r?.burstPerKey ?? d.burstPerKey);
     if (!byKey.allowed) {
       return fail('rate_limited', 'too many requests for this key', { retryAfterSeconds: byKey.retryAfterSeconds }, byKey.info);
     }
     if (who.key.kind === 'publishable' && project) {
-      const byIp = this.limiter.take(`i:${project.id}:${clientBucket(meta.ip)}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp, now);
+      const byIp = take(`i:${project.id}:${clientBucket(meta.ip)}`, r?.perIp ?? d.perIp, r?.burstPerIp ?? d.burstPerIp);
       if (!byIp.allowed) {
         return fail('rate_limited', 'too many requests from this client', { retryAfterSeconds: byIp.retryAfterSeconds }, byIp.info);
       }
@@ -764,51 +718,14 @@ export class Engine implements AnalyticsEngine {
 
   // ---------------------------------------------------------------- lifecycle
 
-  private async bootstrapAdminKey(): Promise<void> {
-    const configured = this.config.adminKey;
-    const record: KeyRecord = { kind: 'admin', ownerId: 'o_admin', createdAt: this.now() };
-    if (configured !== undefined) {
-      // A configured key is the only admin key: a generated or earlier configured one stops working (rotation).
-      await this.store.replaceAdminKeys(hashKey(configured), this.store.getKey(hashKey(configured)) ?? record);
-      this.log(`admin key: from ANALYTICS_ADMIN_KEY (${keyHint(configured)}); any other admin key is revoked`);
-      // A generated key left in its file would now answer 401: remove it rather than let someone try it.
-      const file = path.join(this.config.dataDir, 'admin.key');
-      if (existsSync(file) && readFileSync(file, 'utf8').trim() !== configured) {
-        unlinkSync(file);
-        this.log(`removed ${file}: its key is revoked`);
-      }
-      return;
-    }
-    if (this.store.hasAdminKey()) return;
-    const key = generateKey('admin');
-    const file = path.join(this.config.dataDir, 'admin.key');
-    writeFileSync(file, `${key}\n`, { mode: 0o600 });
-    await this.store.putKey(hashKey(key), record);
-    await this.store.putMeta('admin_key_created', true);
-    // Never the key itself: logs are read by more people than the data directory.
-    this.log(`admin key generated and written to ${file} (${keyHint(key)})`);
-  }
-
   private startTimers(): void {
     const every = (ms: number, fn: () => void | Promise<void>) => {
       const t = setInterval(() => void Promise.resolve(fn()).catch((e: unknown) => this.log(`timer: ${String(e)}`)), ms);
       t.unref();
       this.timers.push(t);
     };
-    every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
-    every(PRUNE_EVERY_MS, async () => {
-      await this.ids.expire(this.now());
-      await this.applyRetention();
-    });
-    every(SALT_CHECK_EVERY_MS, () => this.enricher.rotateSalts(this.now()));
-    every(HEALTH_PROBE_EVERY_MS, async () => {
-      try {
-        await this.store.probeWrite(this.now());
-        this.storageOk = true;
-      } catch {
-        this.storageOk = false;
-      }
-    });
+    this.backend.startTimers(every);
+    every(SALT_CHECK_EVERY_MS, () => this.backend.enricher.rotateSalts(this.now()));
   }
 
   /** Stop taking writes (health turns 503); in-flight requests still finish. */
@@ -820,63 +737,32 @@ export class Engine implements AnalyticsEngine {
   async close(): Promise<void> {
     this.closing = true;
     for (const t of this.timers) clearInterval(t);
-    await this.foldTail;
-    await this.sealer.idle();
-    await this.snapshotter.snapshotIfChanged();
-    await this.snapshotter.close();
-    await this.ids.stop();
-    await this.store.close();
+    await this.backend.close();
   }
 
   /** For operator metrics: what is held, read at scrape time. */
   stats(): { projects: number; liveDays: number; sealedDays: number } {
-    let liveDays = 0;
-    for (const p of this.state.projects.values()) liveDays += p.days.size;
-    return { projects: this.projects.size, liveDays, sealedDays: this.sealedStore.dayCount() };
+    return { projects: this.projects.size, ...this.backend.stats() };
   }
 
-  /**
-   * ANALYTICS_LOG_RETENTION_DAYS: removes the oldest log records while each was received before the retention and
-   * belongs to a sealed day (its aggregates are in the sealed store, so nothing read changes), never past the oldest
-   * snapshot kept (a restart replays the log after it). The log stays a contiguous suffix; returns records removed.
-   */
+  /** Single node: see LmdbBackend.applyRetention (ANALYTICS_LOG_RETENTION_DAYS); returns records removed. */
   async applyRetention(): Promise<number> {
-    const days = this.config.logRetentionDays;
-    if (days === undefined) return 0;
-    const cutoff = this.now() - days * DAY_MS;
-    const limit = this.snapshotter.oldestKeptSeq();
-    let keepFrom = this.store.logStart();
-    for (;;) {
-      let n = 0;
-      let stopped = false;
-      for (const { seq, record } of this.store.readAfter(keepFrom - 1)) {
-        // An erased entry (its project was deleted) holds nothing: it goes with the prefix it is in.
-        const kept =
-          seq > limit ||
-          (record.t !== 'x' &&
-            (record.rt >= cutoff || this.state.projects.get(record.p)?.days.get(record.day) !== undefined || sealAt(record.day) > this.state.maxRt));
-        if (kept) {
-          stopped = true;
-          break;
-        }
-        keepFrom = seq + 1;
-        if (++n === RETENTION_SLICE) break;
-      }
-      if (stopped || n < RETENTION_SLICE) break;
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    return this.store.deleteBelow(keepFrom);
+    return this.backend.applyRetention();
   }
 
   /** For tests and benches: wait until every day handed over for sealing is written. */
   async sealingIdle(): Promise<void> {
-    await this.sealer.idle();
+    await this.backend.sealingIdle();
   }
 
   /** For tests and benches: write a snapshot now. */
   async snapshotNow(): Promise<void> {
-    await this.snapshotter.snapshot();
+    await this.backend.snapshotNow();
   }
+}
+
+function byCreation(a: ProjectRecord, b: ProjectRecord): number {
+  return a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
 
 function view(p: ProjectRecord): ProjectView {

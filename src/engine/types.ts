@@ -154,8 +154,9 @@ export interface HealthView {
 export interface AnalyticsEngine {
   /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>>;
-  metrics(meta: RequestMeta, query: MetricsQuery): Outcome<MetricsResponse>;
-  realtime(meta: RequestMeta, query: RealtimeQuery): Outcome<RealtimeResponse>;
+  /** async: in cluster mode the read may wait for the fold (read barrier) or go to the partition's owner */
+  metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>>;
+  realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>>;
   listProjects(meta: RequestMeta, page?: PageQuery): Outcome<ProjectPage>;
   createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
   updateProject(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ project: ProjectView }>>;

@@ -35,8 +35,12 @@ export class DailySalts {
   #dayEnd = Number.NaN;
   #dayKey: Buffer | undefined;
 
-  constructor(store: SaltStore) {
+  readonly #ahead: boolean;
+
+  /** `ahead`: rotations also create tomorrow's salt (cluster: the shared store settles it long before midnight) */
+  constructor(store: SaltStore, opts: { ahead?: boolean } = {}) {
     this.#store = store;
+    this.#ahead = opts.ahead === true;
   }
 
   /** Read the persisted salts; malformed entries are dropped (and the store is rewritten at the next rotation). */
@@ -55,6 +59,7 @@ export class DailySalts {
   /** Ensure today's salt, delete expired ones, persist when anything changed. */
   async rotate(now: number): Promise<void> {
     this.#ensure(utcDay(now));
+    if (this.#ahead) this.#ensure(utcDay(now + DAY_MS));
     this.#prune(now);
     await this.#persist();
   }
@@ -126,7 +131,15 @@ export class DailySalts {
   async #flush(): Promise<void> {
     if (this.#version === this.#saved) return;
     const version = this.#version;
-    await this.#store.save(this.snapshot());
+    const held = await this.#store.save(this.snapshot());
     this.#saved = version;
+    // A shared store keeps the first salt written for a day: take the winner's, so every node derives the same ids.
+    if (held) {
+      for (const { day, key } of held) {
+        const mine = this.#salts.get(day);
+        if (mine !== undefined && mine.toString('hex') !== key && KEY_FORMAT.test(key)) this.#salts.set(day, Buffer.from(key, 'hex'));
+      }
+      this.#forgetCurrentDay();
+    }
   }
 }

@@ -12,7 +12,7 @@ import { UserAgentClassifier } from './user-agent.ts';
 export async function createEnricher(opts: EnricherOptions): Promise<Enricher> {
   // the database first: a bad ANALYTICS_GEO_DB should fail startup before anything is written
   const country = openCountryLookup(opts.geoDbPath);
-  const salts = new DailySalts(opts.salts);
+  const salts = new DailySalts(opts.salts, { ahead: opts.saltsAhead === true });
   await salts.load();
   await salts.rotate(opts.now);
   return buildEnricher(country, salts);

@@ -31,8 +31,8 @@ export interface DailySalt {
 
 export interface SaltStore {
   load(): Promise<DailySalt[]>;
-  /** replaces the whole set */
-  save(salts: DailySalt[]): Promise<void>;
+  /** replaces the whole set; a shared store (cluster) answers the salts it holds, which another node may have chosen */
+  save(salts: DailySalt[]): Promise<void | DailySalt[]>;
 }
 
 export interface Enricher {
@@ -51,5 +51,7 @@ export interface EnricherOptions {
   /** an IP-to-country .mmdb; undefined means the CC0/CC BY database shipped in node_modules */
   geoDbPath?: string | undefined;
   salts: SaltStore;
+  /** cluster: also create tomorrow's salt at each rotation, so every node has agreed on it before midnight */
+  saltsAhead?: boolean;
   now: number;
 }

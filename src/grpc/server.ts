@@ -157,7 +157,7 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       engine,
       GetMetricsRequestSchema,
       'manage',
-      (req, meta) => withValue(engine.metrics(meta, metricsQuery(req)), metricsMessage),
+      async (req, meta) => withValue(await engine.metrics(meta, metricsQuery(req)), metricsMessage),
       onFault,
       opts.ops,
     ),
@@ -165,7 +165,7 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       engine,
       GetRealtimeRequestSchema,
       'manage',
-      (req, meta) => withValue(engine.realtime(meta, realtimeQuery(req)), realtimeMessage),
+      async (req, meta) => withValue(await engine.realtime(meta, realtimeQuery(req)), realtimeMessage),
       onFault,
     ),
     listProjects: unary(

@@ -311,14 +311,14 @@ export class HttpFace {
     return this.send(res, out);
   }
 
-  private metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): void {
-    const out = this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId, compare: q.compare });
+  private async metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): Promise<void> {
+    const out = await this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId, compare: q.compare });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }
 
-  private realtime(req: IncomingMessage, res: ServerResponse, q: RealtimeQueryParams): void {
-    const out = this.engine.realtime(this.meta(req), { projectId: q.projectId });
+  private async realtime(req: IncomingMessage, res: ServerResponse, q: RealtimeQueryParams): Promise<void> {
+    const out = await this.engine.realtime(this.meta(req), { projectId: q.projectId });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
     return this.send(res, out);
   }

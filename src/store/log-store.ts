@@ -590,6 +590,11 @@ export class LogStore {
     }
   }
 
+  /** First sequences of the log's entries (one appended batch each) from `fromSeq` on: LmdbEventLog groups by them. */
+  *entryStarts(fromSeq: number): Generator<number> {
+    for (const key of this.log.getKeys({ start: Math.max(fromSeq, STRUCTURES_KEY + 1) })) yield key;
+  }
+
   /**
    * Entries, records and stored value bytes of the log, and the bytes of the log dictionaries (bench: bytes per
    * event).

@@ -36,7 +36,10 @@ export interface EventLog {
   readonly partitions: number;
   /** Durable when the promise resolves (LMDB: committed; JetStream: PubAck from a quorum). */
   append(partition: number, records: readonly LogRecord[], batchId: string): Promise<Appended>;
-  /** the newest entry's sequence in this partition, 0 when empty (JetStream: last_by_subj) */
+  /**
+   * where the newest entry ends, 0 when empty: the sequence a fold holds once it folded everything (JetStream: the
+   * last message's, via last_by_subj; LMDB: the last record's, since an entry covers seq … seq + records − 1)
+   */
   lastSeq(partition: number): Promise<number>;
   /** entries after `afterSeq` up to the end as of the call, in chunks, in order */
   read(partition: number, afterSeq: number): AsyncIterable<LogEntry[]>;

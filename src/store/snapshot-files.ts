@@ -237,7 +237,7 @@ class FrameReader {
  * project's ring and live days stay as their bytes (StoredRing, StoredDay: one buffer per project), decoded when first
  * touched, so startup decodes nothing and an idle project costs its bytes. Otherwise everything is decoded.
  */
-function readSnapshot(file: string, lazy = false): SnapshotData {
+export function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
   try {
     const r = new FrameReader(fd);

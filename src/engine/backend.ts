@@ -1,0 +1,57 @@
+import type { Config } from '../config.ts';
+import type { SealedSource } from '../core/day-view.ts';
+import type { AnalyticsState } from '../core/state.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { Enricher } from '../enrich/index.ts';
+import type { Catalog } from '../store/seams.ts';
+import type { ReadQuery } from './read-query.ts';
+import type { HealthView } from './types.ts';
+
+/**
+ * What differs between the two modes, behind one interface, so the rules of ingest and reads stay one piece of code in
+ * Engine. Single node (LmdbBackend): InlineFold, today's append → fold → ack over LMDB. Cluster (ClusterBackend):
+ * StreamFold, publish to the JetStream partition → ack, the followers fold with applyOnce.
+ */
+
+/** A state to read from, once it has folded everything acknowledged before the read began (read barrier). */
+export interface ReadView {
+  state: AnalyticsState;
+  sealed: SealedSource | undefined;
+}
+
+export type ReadRefusal = { unavailable: string };
+
+export interface Backend {
+  readonly catalog: Catalog;
+  readonly enricher: Enricher;
+  /** false after a storage write failed (health answers 503 until one succeeds); the engine sets it on a failed catalog write */
+  storageOk: boolean;
+  /** ingest waits for this before its eventId checks (LMDB: a compaction swapping files after a deletion) */
+  settled(): Promise<void>;
+  /** was `eventId` stored (or is it in flight) for the project? A pre-check: cluster mode's fold is the authority */
+  seen(projectId: string, eventId: string, now: number): boolean;
+  /** events stored (or in flight) for the project this UTC month, as far as this node knows (the quota) */
+  usedThisMonth(projectId: string, now: number): number;
+  /** makes the records durable (LMDB commit or JetStream PubAck) before resolving; false = nothing stored, 503 */
+  commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean>;
+  /** answers an admitted read: from local state (cluster: after the read barrier) or from the partition's owner */
+  read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal>;
+  /** runs with the project's catalog entry already removed: erase its events, state and snapshots */
+  eraseProject(projectId: string): Promise<void>;
+  /** ANALYTICS_ADMIN_KEY (or a generated one on a single node) is the admin key */
+  bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void>;
+  health(startedAt: number): Pick<HealthView, 'log'> & { ready: boolean };
+  /** this node's share of every rate bucket is 1 / rateShare() (cluster: the live members; one node: 1) */
+  rateShare(): number;
+  /** why a project cannot be deleted in this mode, or undefined */
+  deleteRefusal(): string | undefined;
+  /** the backend's timers (snapshots, prunes, probes); `every` unrefs and logs failures */
+  startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void;
+  /** waits for in-flight writes, writes the final snapshot(s), closes storage */
+  close(): Promise<void>;
+  stats(): { liveDays: number; sealedDays: number };
+  /** single node only (0 elsewhere): see Engine.applyRetention */
+  applyRetention(): Promise<number>;
+  sealingIdle(): Promise<void>;
+  snapshotNow(): Promise<void>;
+}

@@ -1,0 +1,669 @@
+import type { ClusterConfig, Config } from '../config.ts';
+import { utcMonthOf } from '../core/dates.ts';
+import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
+import { AnalyticsState, applyOnce, collectSealable, isDuplicate, pruneEventIds, storedThisMonth, takeSealQueue } from '../core/state.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import { createEnricher, type Enricher } from '../enrich/index.ts';
+import type { KeyRecord } from '../store/log-store.ts';
+import { openClusterStore } from '../store/nats/open-cluster.ts';
+import { ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
+import type { Usage } from '../store/nats/usage.ts';
+import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
+import type { Backend, ReadRefusal } from './backend.ts';
+import { hashKey, keyHint } from './keys.ts';
+import { Ownership } from './ownership.ts';
+import { answerRead, type ReadQuery } from './read-query.ts';
+
+/**
+ * Cluster mode (CLUSTER.md), StreamFold: ingest publishes the batch as one message to its partition and acknowledges
+ * after the PubAck; a partition's follower folds the stream with applyOnce (the 48 h eventId rule, deterministic in
+ * log order), so every node folding a partition reaches the same state.
+ *
+ * ANALYTICS_FOLD=owner (default): a node folds the partitions it owns or stands by for (Ownership decides), answers
+ * their reads while fenced in, and forwards other reads to the owner over request/reply. ANALYTICS_FOLD=all: every
+ * node folds every partition and answers reads locally; the leases only elect each partition's snapshot writer.
+ * Either way a read waits behind a read barrier, so a read after a 200 sees that event, as on one node.
+ *
+ * Sealed days: in cluster mode days stay live (no node-local sealed store), so a partition snapshot holds everything
+ * a node restoring it needs. The cost: the heap grows with project-days of history (README "Cluster mode"), divided
+ * over the owners in ownership mode.
+ */
+
+/** CLUSTER.md §6: a read waits at most this long for the fold to reach the stream's end, then answers 503. */
+export const READ_BARRIER_MS = 2_000;
+/** Prune remembered eventIds this often (they expire after 48 h): hourly keeps at most ~49 h plus the margin. */
+const PRUNE_EVERY_MS = 3_600_000;
+/** Drop the reducer's seal queue this often: cluster days stay live (nothing to write), the queue must not grow. */
+const SEAL_QUEUE_DRAIN_MS = 60_000;
+/** Owners publish changed monthly usage this often (CLUSTER.md §8: quota enforced within ~1–2 s). */
+const USAGE_PUBLISH_MS = 1_000;
+/**
+ * A batch acknowledged here stops counting as in flight once folded here or covered by a published usage; one whose
+ * partition nobody folds where this node can see it is forgotten after this long (its owner published by then, or died).
+ */
+const INFLIGHT_FORGET_MS = 60_000;
+
+type FoldMode = 'owner' | 'all';
+
+export interface ClusterParts {
+  log: EventLog;
+  catalog: Catalog & { ready(): Promise<void>; readonly isMirrorReady: boolean; ensureAdminKey(hash: string, record: KeyRecord): Promise<boolean> };
+  salts: SharedSalts;
+  /** the shared snapshot store (object store, with a local copy of what this node wrote or read) */
+  snapshots: SnapshotStore;
+  /** the partition of a project: fnv1a32(projectId) mod P */
+  partitionOf(projectId: string): number;
+  /** the batch id of §4 (`e:` + hash of the eventIds when all have one, else random) */
+  batchIdFor(projectId: string, records: readonly LogRecord[]): string;
+  reads: ReadRpc;
+  /**
+   * CLUSTER.md §5: why a snapshot at `seq` whose last folded message had `batchId` cannot be resumed from (the stream
+   * numbers that message differently, or retention removed messages after it), or undefined when it can.
+   */
+  resumeRefusal(seq: number, batchId: string | undefined): Promise<string | undefined>;
+  usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
+  /** closes what the parts hold (connections) after the backend stopped using them */
+  close(): Promise<void>;
+}
+
+export interface ClusterBackendOptions {
+  /** the engine's clock (tests inject one) */
+  now: () => number;
+  log: (line: string) => void;
+  version: string;
+  /** tests: a suffix for every resource name */
+  tag?: string | undefined;
+}
+
+/** One partition's fold. */
+class Partition {
+  state = new AnalyticsState();
+  follower: Follower | undefined;
+  /** folding (owner mode: owned or standby; all: always) */
+  active = false;
+  /** bumped when folding stops, so a start still in progress does nothing */
+  generation = 0;
+  starting: Promise<void> | undefined;
+  /** the stream's last sequence when folding started: caughtUp once folded that far */
+  startedAt = 0;
+  caughtUp = false;
+  lastBatchId: string | undefined;
+  /** events folded since the last snapshot */
+  sinceSnapshot = 0;
+  snapshotSeq = 0;
+  snapshotting: Promise<void> | undefined;
+  /** this node holds the partition's lease: it writes the shared snapshots and (owner mode) answers its reads */
+  writer = false;
+  /** reads waiting for the fold to reach a sequence */
+  waiters: Array<{ seq: number; resolve: (reached: boolean) => void }> = [];
+  /** the barrier's lastSeq request in flight, and the one queued for reads that arrived after it was sent */
+  inflight: Promise<number> | undefined;
+  queued: Promise<number> | undefined;
+  /** usage published last, per project (owner: publish only what changed) */
+  published = new Map<string, number>();
+
+  constructor(readonly n: number) {}
+}
+
+interface InFlight {
+  projectId: string;
+  partition: number;
+  ids: Set<string>;
+  stored: number;
+  /** the PubAck's sequence (0 until it came) */
+  seq: number;
+  at: number;
+}
+
+export class ClusterBackend implements Backend {
+  readonly catalog: ClusterParts['catalog'];
+  storageOk = true;
+  private readonly parts: Partition[] = [];
+  /** batches published here and not yet folded or published as usage: quota and the eventId pre-check see them */
+  private readonly inflight = new Map<string, InFlight>();
+  private readonly inflightIds = new Map<string, Map<string, number>>();
+  private readonly inflightCounts = new Map<string, number>();
+  private ownership: Ownership | undefined;
+  private closing = false;
+  private crashed = false;
+
+  private constructor(
+    private readonly config: Readonly<Config>,
+    private readonly cp: ClusterParts,
+    readonly enricher: Enricher,
+    private readonly fold: FoldMode,
+    private readonly now: () => number,
+    private readonly log: (line: string) => void,
+  ) {
+    this.catalog = cp.catalog;
+  }
+
+  /** Connects, creates what the cluster lacks, mirrors the catalog, then folds (all, or what Ownership hands it). */
+  static async open(config: Readonly<Config>, cc: ClusterConfig, opts: ClusterBackendOptions): Promise<ClusterBackend> {
+    const store = await openClusterStore({
+      urls: cc.natsUrls,
+      nodeId: cc.nodeId,
+      partitions: cc.partitions,
+      dataDir: config.dataDir,
+      publishDeadlineMs: cc.publishDeadlineMs,
+      retentionDays: cc.retentionDays,
+      maxStreamBytes: cc.maxStreamBytes,
+      tag: opts.tag,
+      log: opts.log,
+    });
+    try {
+      // Serve nothing before the catalog holds what was stored when it opened (keys would answer 401).
+      await store.catalog.ready();
+      const parts: ClusterParts = {
+        log: store.log,
+        catalog: store.catalog,
+        salts: store.salts,
+        snapshots: store.snapshots,
+        partitionOf: store.partitionOf,
+        batchIdFor: store.batchIdFor,
+        reads: store.reads,
+        usage: store.usage,
+        async resumeRefusal(seq, batchId) {
+          const first = await store.log.firstSeq();
+          if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
+          if (batchId === undefined) return undefined; // written without one (none folded yet)
+          const at = await store.log.batchIdAt(seq);
+          return at === batchId ? undefined : `the stream's message ${seq} is ${at ?? 'absent'}, the snapshot's was ${batchId}`;
+        },
+        close: () => store.close(),
+      };
+      const backend = await ClusterBackend.start(config, parts, cc.fold, opts);
+      const ownership = new Ownership(store.leases, {
+        nodeId: cc.nodeId,
+        partitions: store.partitions,
+        fold: cc.fold,
+        member: { http: `${config.host}:${config.port}`, grpc: `${config.host}:${config.grpcPort}`, version: opts.version },
+        listener: {
+          onGain: (n) => backend.gain(n),
+          onLose: (n) => backend.lose(n),
+          onStandby: (n, wanted) => backend.standby(n, wanted),
+          onError: (err) => opts.log(`ownership: ${err instanceof Error ? err.message : String(err)}`),
+        },
+      });
+      backend.ownership = ownership;
+      await ownership.start();
+      return backend;
+    } catch (err) {
+      await store.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The backend over ready parts (ANALYTICS_FOLD=all: every partition restored and followed before this resolves). */
+  static async start(config: Readonly<Config>, cp: ClusterParts, fold: FoldMode, opts: ClusterBackendOptions): Promise<ClusterBackend> {
+    const enricher = await createEnricher({
+      geoDbPath: config.geoDbPath,
+      salts: sharedSaltStore(cp.salts),
+      saltsAhead: true,
+      now: opts.now(),
+    });
+    const b = new ClusterBackend(config, cp, enricher, fold, opts.now, opts.log);
+    for (let n = 0; n < cp.log.partitions; n++) b.parts.push(new Partition(n));
+    if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
+    return b;
+  }
+
+  // ------------------------------------------------------------ ownership
+
+  private gain(n: number): void {
+    const p = this.parts[n];
+    if (!p || this.closing) return;
+    p.writer = true;
+    this.log(`partition ${n}: owned here`);
+    if (this.fold === 'all') return;
+    void this.activate(p);
+    this.cp.reads.serve<ReadQuery, MetricsResponse | RealtimeResponse>(n, (q) => this.answerOwned(p, q), () => this.ownership?.serves(n) === true);
+  }
+
+  private lose(n: number): void {
+    const p = this.parts[n];
+    if (!p) return;
+    p.writer = false;
+    this.log(`partition ${n}: no longer owned here`);
+    if (this.fold === 'all') return;
+    this.cp.reads.unserve(n);
+    if (!this.ownership?.wantsStandby(n)) this.deactivate(p);
+  }
+
+  private standby(n: number, wanted: boolean): void {
+    const p = this.parts[n];
+    if (!p || this.fold === 'all' || this.closing) return;
+    if (wanted) void this.activate(p);
+    else if (!p.writer) this.deactivate(p);
+  }
+
+  /** Starts folding a partition: the newest usable snapshot, then a follower from its sequence. */
+  private activate(p: Partition): Promise<void> {
+    if (p.active) return p.starting ?? Promise.resolve();
+    p.active = true;
+    const gen = ++p.generation;
+    p.starting = this.startPartition(p, gen).catch((err: unknown) => {
+      this.log(`partition ${p.n}: start failed (${err instanceof Error ? err.message : String(err)}); retried on the next ownership change`);
+      if (p.generation === gen) p.active = false;
+    });
+    return p.starting;
+  }
+
+  /** Stops folding a partition and frees its state (it is neither owned nor a standby here any more). */
+  private deactivate(p: Partition): void {
+    if (!p.active) return;
+    p.active = false;
+    p.generation++;
+    const f = p.follower;
+    p.follower = undefined;
+    void f?.stop();
+    for (const w of p.waiters) w.resolve(false);
+    p.waiters = [];
+    p.state = new AnalyticsState();
+    p.caughtUp = false;
+    p.published.clear();
+    void this.ownership?.clearReady(p.n).catch(() => {});
+  }
+
+  private async startPartition(p: Partition, gen: number): Promise<void> {
+    const last = await this.cp.log.lastSeq(p.n);
+    const skip = (name: string, why: string) => this.log(`partition ${p.n}: skipping snapshot ${name}: ${why}`);
+    let best: { data: SnapshotData; lastBatchId?: string | undefined } | undefined;
+    try {
+      best = await this.cp.snapshots.loadNewest(p.n, last, skip);
+    } catch (err) {
+      this.log(`partition ${p.n}: snapshots unreadable (${err instanceof Error ? err.message : String(err)}); replaying the partition`);
+    }
+    if (gen !== p.generation) return;
+    if (best && best.data.lastSeq > 0) {
+      const refusal = await this.cp.resumeRefusal(best.data.lastSeq, best.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
+      if (refusal !== undefined) {
+        // An alert for the operator: 2.9.10 was seen numbering replicas differently (CLUSTER.md §12 risk 1).
+        this.log(`ALERT partition ${p.n}: snapshot at sequence ${best.data.lastSeq} refused (${refusal}); replaying the partition from the start`);
+        best = undefined;
+      }
+    }
+    if (gen !== p.generation) return;
+    let state = new AnalyticsState();
+    if (best) {
+      try {
+        state = fromSnapshot(best.data);
+        p.lastBatchId = best.lastBatchId;
+        this.log(`partition ${p.n}: restored snapshot at sequence ${state.lastSeq}`);
+        collectSealable(state);
+        takeSealQueue(state);
+      } catch (err) {
+        this.log(`partition ${p.n}: snapshot unusable (${err instanceof Error ? err.message : String(err)}); replaying the partition`);
+        state = new AnalyticsState();
+      }
+    }
+    p.state = state;
+    // Reads that waited for the fold before the snapshot was in: the snapshot may already cover what they wait for.
+    const still: typeof p.waiters = [];
+    for (const w of p.waiters) (w.seq <= state.lastSeq ? w.resolve(true) : still.push(w));
+    p.waiters = still;
+    p.snapshotSeq = state.lastSeq;
+    p.sinceSnapshot = 0;
+    p.startedAt = last;
+    p.caughtUp = false;
+    p.follower = this.cp.log.follow(p.n, state.lastSeq, (e) => {
+      if (gen === p.generation) this.foldEntry(p, e);
+    });
+    if (state.lastSeq >= last) this.caughtUp(p);
+  }
+
+  /** The fold reached the stream's end as of its start: a standby may now take the partition over (ready mark). */
+  private caughtUp(p: Partition): void {
+    if (p.caughtUp) return;
+    p.caughtUp = true;
+    if (this.fold === 'owner') void this.ownership?.markReady(p.n).catch((err: unknown) => this.log(`partition ${p.n}: ready mark failed: ${String(err)}`));
+    if (p.writer && p.state.lastSeq !== p.snapshotSeq) void this.snapshot(p); // CLUSTER.md §5: after catching up a new partition
+  }
+
+  /** One stream entry into the partition's state, in order (the follower drops anything at or below lastSeq). */
+  private foldEntry(p: Partition, e: LogEntry): void {
+    if (e.seq <= p.state.lastSeq) return;
+    for (const r of e.records) applyOnce(p.state, e.seq, r);
+    p.state.lastSeq = e.seq;
+    p.lastBatchId = e.batchId;
+    p.sinceSnapshot += e.records.length;
+    if (e.batchId !== undefined) this.folded(e.batchId);
+    if (!p.caughtUp && e.seq >= p.startedAt) this.caughtUp(p);
+    if (p.waiters.length > 0) {
+      const still: typeof p.waiters = [];
+      for (const w of p.waiters) (w.seq <= e.seq ? w.resolve(true) : still.push(w));
+      p.waiters = still;
+    }
+    if (p.writer && p.sinceSnapshot >= this.config.snapshotEveryEvents && !p.snapshotting) void this.snapshot(p);
+  }
+
+  // ------------------------------------------------------------ in-flight batches (quota, eventId pre-check)
+
+  /** A batch this node published is folded here: it no longer counts as in flight. */
+  private folded(batchId: string): void {
+    const b = this.inflight.get(batchId);
+    if (!b) return;
+    this.inflight.delete(batchId);
+    this.release(b);
+  }
+
+  private release(b: InFlight): void {
+    const ids = this.inflightIds.get(b.projectId);
+    if (ids) {
+      for (const id of b.ids) {
+        const n = (ids.get(id) ?? 1) - 1;
+        if (n <= 0) ids.delete(id);
+        else ids.set(id, n);
+      }
+      if (ids.size === 0) this.inflightIds.delete(b.projectId);
+    }
+    const left = (this.inflightCounts.get(b.projectId) ?? 0) - b.stored;
+    if (left <= 0) this.inflightCounts.delete(b.projectId);
+    else this.inflightCounts.set(b.projectId, left);
+  }
+
+  private partition(projectId: string): Partition {
+    return this.parts[this.cp.partitionOf(projectId)]!;
+  }
+
+  settled(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  /** A pre-check that saves stream space where this node folds the partition; the fold is the authority. */
+  seen(projectId: string, eventId: string, now: number): boolean {
+    if (this.inflightIds.get(projectId)?.has(eventId)) return true;
+    const p = this.partition(projectId);
+    return p.active && isDuplicate(p.state, projectId, eventId, now);
+  }
+
+  /**
+   * CLUSTER.md §8: where this node folds the partition, the folded count of the month; elsewhere the count its owner
+   * published. Plus what this node acknowledged that the count does not cover yet.
+   */
+  usedThisMonth(projectId: string, now: number): number {
+    const p = this.partition(projectId);
+    if (p.active && p.caughtUp) return storedThisMonth(p.state, projectId, now) + (this.inflightCounts.get(projectId) ?? 0);
+    const published = this.cp.usage.get(projectId, utcMonthOf(now));
+    if (published) {
+      for (const [id, b] of this.inflight) {
+        if (b.projectId === projectId && b.seq > 0 && b.seq <= published.seq) {
+          this.inflight.delete(id);
+          this.release(b);
+        }
+      }
+    }
+    return (published?.count ?? 0) + (this.inflightCounts.get(projectId) ?? 0);
+  }
+
+  /** StreamFold: one message per batch, acknowledged after the PubAck; a follower folds it. */
+  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
+    const batchId = this.cp.batchIdFor(projectId, records);
+    const p = this.partition(projectId);
+    const b: InFlight = { projectId, partition: p.n, ids: new Set(ids), stored, seq: 0, at: this.now() };
+    let idMap = this.inflightIds.get(projectId);
+    if (!idMap) this.inflightIds.set(projectId, (idMap = new Map()));
+    for (const id of ids) idMap.set(id, (idMap.get(id) ?? 0) + 1);
+    this.inflightCounts.set(projectId, (this.inflightCounts.get(projectId) ?? 0) + stored);
+    try {
+      const appended = await this.cp.log.append(p.n, records, batchId);
+      this.storageOk = true;
+      b.seq = appended.seq;
+      // Folded already (a fast follower), a transport repeat, or the same batch twice in flight: count it once.
+      if ((p.active && appended.seq <= p.state.lastSeq) || appended.duplicate || this.inflight.has(batchId)) this.release(b);
+      else this.inflight.set(batchId, b);
+      return true;
+    } catch (err) {
+      this.release(b);
+      this.log(`publish failed: ${err instanceof Error ? err.message : String(err)}`);
+      return false;
+    }
+  }
+
+  // ------------------------------------------------------------ reads
+
+  async read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal> {
+    const p = this.partition(q.projectId);
+    if (this.fold === 'all' || (p.active && this.ownership?.serves(p.n) === true)) {
+      const reached = await this.barrier(p);
+      if (reached !== true) return reached;
+      return { value: answerRead({ state: p.state, sealed: undefined }, q) };
+    }
+    try {
+      return { value: await this.cp.reads.request<MetricsResponse | RealtimeResponse, ReadQuery>(p.n, q) };
+    } catch (err) {
+      if (err instanceof ReadUnavailableError) return { unavailable: `no node serves partition ${p.n} right now (${err.reason}); retry in a moment` };
+      if (err instanceof ReadFailedError && err.code === 'unavailable') return { unavailable: err.message };
+      throw err;
+    }
+  }
+
+  /** The owner's side of a forwarded read: the read barrier, then the answer. */
+  private async answerOwned(p: Partition, q: ReadQuery): Promise<MetricsResponse | RealtimeResponse> {
+    const reached = await this.barrier(p);
+    if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
+    return answerRead({ state: p.state, sealed: undefined }, q);
+  }
+
+  /**
+   * Read barrier (CLUSTER.md §6): the partition's last stream sequence, asked after the read arrived, then wait
+   * (≤ READ_BARRIER_MS) until the fold has reached it. Reads arriving while a lastSeq request is in flight share the
+   * next one.
+   */
+  private async barrier(p: Partition): Promise<true | ReadRefusal> {
+    const deadline = Date.now() + READ_BARRIER_MS;
+    let target: number;
+    try {
+      target = await withTimeout(this.barrierSeq(p), READ_BARRIER_MS);
+    } catch {
+      return { unavailable: 'the event stream did not answer in time; retry in a moment' };
+    }
+    if (p.state.lastSeq >= target) return true;
+    const reached = await new Promise<boolean>((resolve) => {
+      const t = setTimeout(() => resolve(false), Math.max(1, deadline - Date.now()));
+      p.waiters.push({
+        seq: target,
+        resolve: (ok) => {
+          clearTimeout(t);
+          resolve(ok);
+        },
+      });
+    });
+    return reached ? true : { unavailable: `partition ${p.n} is still folding (at ${p.state.lastSeq} of ${target}); retry in a moment` };
+  }
+
+  private barrierSeq(p: Partition): Promise<number> {
+    if (!p.inflight) {
+      const req = this.cp.log.lastSeq(p.n).finally(() => {
+        if (p.inflight === req) p.inflight = undefined;
+      });
+      p.inflight = req;
+      return req;
+    }
+    if (!p.queued) {
+      const q = p.inflight
+        .catch(() => 0)
+        .then(() => {
+          if (p.queued === q) p.queued = undefined;
+          return this.barrierSeq(p);
+        });
+      p.queued = q;
+    }
+    return p.queued;
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  async eraseProject(projectId: string): Promise<void> {
+    throw new Error(`erasing project ${projectId} is not available in cluster mode`); // refused earlier: deleteRefusal
+  }
+
+  /** Why a project cannot be deleted here (cluster mode does not erase stream messages yet). */
+  deleteRefusal(): string {
+    return 'deleting a project is not available in cluster mode yet: its events would stay in the shared stream';
+  }
+
+  async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
+    const key = config.adminKey;
+    if (key === undefined) throw new Error('cluster mode needs ANALYTICS_ADMIN_KEY'); // config.ts refuses this earlier
+    const created = await this.cp.catalog.ensureAdminKey(hashKey(key), { kind: 'admin', ownerId: 'o_admin', createdAt: now });
+    this.log(`admin key: from ANALYTICS_ADMIN_KEY (${keyHint(key)})${created ? ', stored in the cluster catalog' : ''}`);
+  }
+
+  health(): { ready: boolean } {
+    return { ready: this.cp.catalog.isMirrorReady && !this.crashed };
+  }
+
+  rateShare(): number {
+    return Math.max(1, this.ownership?.liveMembers().length ?? 1);
+  }
+
+  startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
+    every(this.config.snapshotIntervalMs, async () => {
+      for (const p of this.parts) if (p.writer && p.active && p.caughtUp && p.state.lastSeq !== p.snapshotSeq) await this.snapshot(p);
+    });
+    every(PRUNE_EVERY_MS, () => {
+      for (const p of this.parts) pruneEventIds(p.state, this.now());
+    });
+    every(SEAL_QUEUE_DRAIN_MS, () => {
+      for (const p of this.parts) takeSealQueue(p.state);
+      const old = this.now() - INFLIGHT_FORGET_MS;
+      for (const [id, b] of this.inflight) {
+        if (b.at < old) {
+          this.inflight.delete(id);
+          this.release(b);
+        }
+      }
+    });
+    if (this.fold === 'owner') every(USAGE_PUBLISH_MS, () => this.publishUsage());
+  }
+
+  /** Owners publish each project's monthly count when it changed, for projects with a quota (CLUSTER.md §8). */
+  private async publishUsage(): Promise<void> {
+    const now = this.now();
+    const month = utcMonthOf(now);
+    for (const p of this.parts) {
+      if (!p.writer || !p.active || !p.caughtUp || this.ownership?.serves(p.n) !== true) continue;
+      for (const id of p.state.projects.keys()) {
+        const quota = this.catalog.project(id)?.monthlyQuota ?? 0;
+        if (quota <= 0) continue;
+        const count = storedThisMonth(p.state, id, now);
+        if (p.published.get(id) === count) continue;
+        p.published.set(id, count);
+        await this.cp.usage.publish(id, month, { count, seq: p.state.lastSeq }).catch((err: unknown) => {
+          p.published.delete(id);
+          this.log(`usage publish failed: ${err instanceof Error ? err.message : String(err)}`);
+        });
+      }
+    }
+  }
+
+  /** A partition's snapshot in the shared store (named by its sequence, with the last batch id; it keeps a local copy). */
+  private snapshot(p: Partition): Promise<void> {
+    if (p.snapshotting) return p.snapshotting;
+    const run = (async () => {
+      takeSealQueue(p.state);
+      const data = toSnapshot(p.state);
+      const batchId = p.lastBatchId;
+      p.sinceSnapshot = 0;
+      await this.cp.snapshots.write(p.n, data, batchId);
+      p.snapshotSeq = data.lastSeq;
+    })()
+      .catch((err: unknown) => this.log(`partition ${p.n}: snapshot failed: ${err instanceof Error ? err.message : String(err)}`))
+      .finally(() => {
+        p.snapshotting = undefined;
+      });
+    p.snapshotting = run;
+    return run;
+  }
+
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    if (this.crashed) return;
+    // Release the leases first (SIGTERM: successors claim at once), then the last snapshots of what this node wrote.
+    const writer = this.parts.map((p) => p.writer && p.active && p.caughtUp);
+    await this.ownership?.stop({ release: true }).catch((err: unknown) => this.log(`releasing leases failed: ${String(err)}`));
+    for (let n = 0; n < this.parts.length; n++) this.cp.reads.unserve(n);
+    await Promise.all(this.parts.map((p) => p.follower?.stop()));
+    for (const p of this.parts) for (const w of p.waiters) w.resolve(false);
+    await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.state.lastSeq !== p.snapshotSeq ? this.snapshot(p) : p.snapshotting)));
+    await this.cp.log.close();
+    await this.cp.snapshots.close();
+    await this.cp.close();
+  }
+
+  /**
+   * Tests: this node dies as a kill -9 would leave the cluster: no release, no snapshot, connections dropped; its
+   * leases expire by themselves. The faces stay up (answering 503 from health) until the service is stopped.
+   */
+  async crashForTests(): Promise<void> {
+    this.crashed = true;
+    await this.ownership?.stop({ release: false });
+    await Promise.all(this.parts.map((p) => p.follower?.stop()));
+    await this.cp.close();
+  }
+
+  stats(): { liveDays: number; sealedDays: number } {
+    let liveDays = 0;
+    for (const p of this.parts) for (const ps of p.state.projects.values()) liveDays += ps.days.size;
+    return { liveDays, sealedDays: 0 };
+  }
+
+  async applyRetention(): Promise<number> {
+    return 0; // the stream's max_age (ANALYTICS_RETENTION_DAYS) does it
+  }
+
+  async sealingIdle(): Promise<void> {}
+
+  /** Tests and benches: a snapshot of every partition folded here now, whoever holds the lease. */
+  async snapshotNow(): Promise<void> {
+    await Promise.all(this.parts.filter((p) => p.active).map((p) => this.snapshot(p)));
+  }
+
+  /** Tests: which partitions this node answers reads for right now (fenced in). */
+  serving(): number[] {
+    return this.ownership?.owned() ?? [];
+  }
+
+  /** Tests: the partition of a project. */
+  partitionOfProject(projectId: string): number {
+    return this.cp.partitionOf(projectId);
+  }
+}
+
+/** The salts of every node: the first node to store a day's salt wins, the others take it (same session ids). */
+function sharedSaltStore(shared: SharedSalts): { load(): Promise<Array<{ day: string; key: string }>>; save(s: Array<{ day: string; key: string }>): Promise<Array<{ day: string; key: string }>> } {
+  let known = new Set<string>();
+  return {
+    async load() {
+      const all = await shared.load();
+      known = new Set(all.map((s) => s.day));
+      return all;
+    },
+    async save(salts) {
+      const held = await Promise.all(salts.map((s) => shared.createOrGet(s)));
+      const keep = new Set(salts.map((s) => s.day));
+      // Expired here (48 h after its day began) is expired everywhere: purge it from the bucket.
+      for (const day of known) if (!keep.has(day)) await shared.remove(day).catch(() => {});
+      known = keep;
+      return held;
+    },
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('timeout')), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  });
+}

@@ -1,0 +1,277 @@
+import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Config } from '../config.ts';
+import type { SealedSource } from '../core/day-view.ts';
+import { sealedSource } from '../core/sealed-source.ts';
+import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import { createEnricher, type Enricher } from '../enrich/index.ts';
+import { LmdbCatalog } from '../store/lmdb-catalog.ts';
+import { LogStore, type KeyRecord } from '../store/log-store.ts';
+import type { RememberedIds } from '../store/remembered-ids.ts';
+import type { SealedStore } from '../store/sealed-store.ts';
+import { SnapshotFiles } from '../store/snapshot-files.ts';
+import type { Backend, ReadRefusal, ReadView } from './backend.ts';
+import { generateKey, hashKey, keyHint } from './keys.ts';
+import type { OperatorMetrics } from './operator-metrics.ts';
+import { answerRead, type ReadQuery } from './read-query.ts';
+import { recoverState } from './recovery.ts';
+import { Sealer } from './sealer.ts';
+import { Snapshotter } from './snapshotter.ts';
+
+/** Prune remembered eventIds this often; they expire after 48 h, so hourly keeps at most ~49 h of them. */
+const PRUNE_EVERY_MS = 3_600_000;
+/** Records examined per retention slice before yielding to requests. */
+const RETENTION_SLICE = 10_000;
+const DAY_MS = 86_400_000;
+/** Re-check that storage accepts writes this often while idle (health). */
+const HEALTH_PROBE_EVERY_MS = 10_000;
+
+/**
+ * Single-node mode (the default): the LMDB log, InlineFold (append → await the commit → fold in sequence order →
+ * ack), eventIds remembered in LMDB with their events, sealed days in LMDB, snapshot files beside it.
+ */
+export class LmdbBackend implements Backend {
+  readonly catalog: LmdbCatalog;
+  /** eventIds appended but not yet folded, so two concurrent requests cannot both store the same id */
+  private readonly pendingIds = new Map<string, Set<string>>();
+  /** events appended but not yet folded, per project (the quota must see them) */
+  private readonly pendingCounts = new Map<string, number>();
+  /** folds run in append (= sequence) order */
+  private foldTail: Promise<void> = Promise.resolve();
+  storageOk = true;
+  private readonly sealer: Sealer;
+  private readonly sealed: SealedSource;
+  private readonly sealedStore: SealedStore;
+  private readonly ids: RememberedIds;
+  private readonly view: ReadView;
+
+  private constructor(
+    private readonly config: Readonly<Config>,
+    private readonly store: LogStore,
+    private readonly state: AnalyticsState,
+    readonly enricher: Enricher,
+    private readonly snapshotter: Snapshotter,
+    private readonly now: () => number,
+    private readonly log: (line: string) => void,
+    private readonly ops: OperatorMetrics | undefined,
+  ) {
+    this.catalog = new LmdbCatalog(store);
+    // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
+    const known = new Set(store.listProjects().map((p) => p.id));
+    for (const id of [...state.projects.keys()]) {
+      if (!known.has(id)) {
+        state.projects.delete(id);
+        snapshotter.purgePending = true;
+      }
+    }
+    this.ids = store.openRememberedIds();
+    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
+    this.sealedStore = store.openSealedStore();
+    this.sealed = sealedSource(this.sealedStore);
+    this.sealer = new Sealer(state, this.sealedStore, log);
+    this.view = { state, sealed: this.sealed };
+    // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
+    collectSealable(state);
+    this.sealer.kick();
+    void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
+  }
+
+  static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+    const store = LogStore.open(config.dataDir, config.durability, { log });
+    const files = new SnapshotFiles(config.dataDir);
+    const state = recoverState(store, files, log);
+    const enricher = await createEnricher({
+      geoDbPath: config.geoDbPath,
+      salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
+      now: now(),
+    });
+    const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
+    return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops);
+  }
+
+  /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet. */
+  pendingErasures(): string[] {
+    return this.store.pendingErasures();
+  }
+
+  settled(): Promise<void> {
+    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB.
+    return this.store.settled();
+  }
+
+  seen(projectId: string, eventId: string, now: number): boolean {
+    return this.pendingIds.get(projectId)?.has(eventId) === true || this.ids.has(projectId, eventId, now);
+  }
+
+  usedThisMonth(projectId: string, now: number): number {
+    return storedThisMonth(this.state, projectId, now) + (this.pendingCounts.get(projectId) ?? 0);
+  }
+
+  /** InlineFold: append (await the commit), fold in sequence order, then the caller acknowledges. */
+  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
+    let pending = this.pendingIds.get(projectId);
+    if (!pending) this.pendingIds.set(projectId, (pending = new Set()));
+    for (const id of ids) pending.add(id);
+    this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
+
+    const appendStarted = performance.now();
+    // The ids are written in the append's own transaction: durable exactly when their events are.
+    const appended = this.store.append(records, () => this.ids.writeWith(records));
+    let ok = false;
+    const folded = this.foldTail.then(async () => {
+      try {
+        const first = await appended;
+        if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
+        for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
+        this.snapshotter.fold(first, records);
+        this.sealer.kick();
+        this.storageOk = true;
+        ok = true;
+      } catch (err) {
+        this.storageOk = false;
+        this.log(`append failed: ${err instanceof Error ? err.message : String(err)}`);
+      } finally {
+        for (const id of ids) pending.delete(id);
+        this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) - stored);
+      }
+    });
+    this.foldTail = folded;
+    await folded;
+    return ok;
+  }
+
+  async read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal> {
+    if (!this.store.readable()) return { unavailable: 'storage is swapping in its compacted file after a project deletion; retry in a moment' };
+    return { value: answerRead(this.view, q) };
+  }
+
+  /** Erases a deleted project's events from the log, its state, and every snapshot file. */
+  async eraseProject(projectId: string): Promise<void> {
+    await this.foldTail; // batches appended before the delete are folded (and so erased below)
+    // Its live state goes first, and no day of it is left queued or being written by the sealer, so nothing of it
+    // is sealed again after the store has erased its sealed days, month rollups and remembered eventIds.
+    this.state.projects.delete(projectId);
+    this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
+    await this.sealer.idle();
+    const n = await this.store.eraseProjectEvents(projectId);
+    this.state.projects.delete(projectId);
+    this.pendingIds.delete(projectId);
+    this.pendingCounts.delete(projectId);
+    // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
+    await this.snapshotter.snapshot({ replaceAll: true });
+    this.log(`project ${projectId} deleted; ${n} log records erased`);
+  }
+
+  async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
+    const configured = config.adminKey;
+    const record: KeyRecord = { kind: 'admin', ownerId: 'o_admin', createdAt: now };
+    if (configured !== undefined) {
+      // A configured key is the only admin key: a generated or earlier configured one stops working (rotation).
+      await this.store.replaceAdminKeys(hashKey(configured), this.store.getKey(hashKey(configured)) ?? record);
+      this.log(`admin key: from ANALYTICS_ADMIN_KEY (${keyHint(configured)}); any other admin key is revoked`);
+      // A generated key left in its file would now answer 401: remove it rather than let someone try it.
+      const file = path.join(config.dataDir, 'admin.key');
+      if (existsSync(file) && readFileSync(file, 'utf8').trim() !== configured) {
+        unlinkSync(file);
+        this.log(`removed ${file}: its key is revoked`);
+      }
+      return;
+    }
+    if (this.store.hasAdminKey()) return;
+    const key = generateKey('admin');
+    const file = path.join(config.dataDir, 'admin.key');
+    writeFileSync(file, `${key}\n`, { mode: 0o600 });
+    await this.store.putKey(hashKey(key), record);
+    await this.store.putMeta('admin_key_created', true);
+    // Never the key itself: logs are read by more people than the data directory.
+    this.log(`admin key generated and written to ${file} (${keyHint(key)})`);
+  }
+
+  health(startedAt: number): { ready: boolean; log: { lastSeq: number; verifiedRecords: number; verifiedAt: string; ok: boolean } } {
+    return {
+      ready: true,
+      log: { lastSeq: this.store.lastSeq(), verifiedRecords: this.store.verified, verifiedAt: new Date(startedAt).toISOString(), ok: true },
+    };
+  }
+
+  rateShare(): number {
+    return 1;
+  }
+
+  deleteRefusal(): undefined {
+    return undefined;
+  }
+
+  startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
+    every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
+    every(PRUNE_EVERY_MS, async () => {
+      await this.ids.expire(this.now());
+      await this.applyRetention();
+    });
+    every(HEALTH_PROBE_EVERY_MS, async () => {
+      try {
+        await this.store.probeWrite(this.now());
+        this.storageOk = true;
+      } catch {
+        this.storageOk = false;
+      }
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.foldTail;
+    await this.sealer.idle();
+    await this.snapshotter.snapshotIfChanged();
+    await this.snapshotter.close();
+    await this.ids.stop();
+    await this.store.close();
+  }
+
+  stats(): { liveDays: number; sealedDays: number } {
+    let liveDays = 0;
+    for (const p of this.state.projects.values()) liveDays += p.days.size;
+    return { liveDays, sealedDays: this.sealedStore.dayCount() };
+  }
+
+  /**
+   * ANALYTICS_LOG_RETENTION_DAYS: removes the oldest log records while each was received before the retention and
+   * belongs to a sealed day (its aggregates are in the sealed store, so nothing read changes), never past the oldest
+   * snapshot kept (a restart replays the log after it). The log stays a contiguous suffix; returns records removed.
+   */
+  async applyRetention(): Promise<number> {
+    const days = this.config.logRetentionDays;
+    if (days === undefined) return 0;
+    const cutoff = this.now() - days * DAY_MS;
+    const limit = this.snapshotter.oldestKeptSeq();
+    let keepFrom = this.store.logStart();
+    for (;;) {
+      let n = 0;
+      let stopped = false;
+      for (const { seq, record } of this.store.readAfter(keepFrom - 1)) {
+        // An erased entry (its project was deleted) holds nothing: it goes with the prefix it is in.
+        const kept =
+          seq > limit ||
+          (record.t !== 'x' &&
+            (record.rt >= cutoff || this.state.projects.get(record.p)?.days.get(record.day) !== undefined || sealAt(record.day) > this.state.maxRt));
+        if (kept) {
+          stopped = true;
+          break;
+        }
+        keepFrom = seq + 1;
+        if (++n === RETENTION_SLICE) break;
+      }
+      if (stopped || n < RETENTION_SLICE) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return this.store.deleteBelow(keepFrom);
+  }
+
+  async sealingIdle(): Promise<void> {
+    await this.sealer.idle();
+  }
+
+  async snapshotNow(): Promise<void> {
+    await this.snapshotter.snapshot();
+  }
+}

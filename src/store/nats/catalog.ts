@@ -1,0 +1,275 @@
+import type { KV, KvEntry } from '@nats-io/kv';
+import type { KeyRecord, ProjectRecord } from '../log-store.ts';
+import type { Catalog } from '../seams.ts';
+
+/**
+ * Projects and key hashes shared by every node (CLUSTER.md §8): the KV bucket `analytics_catalog_v1`, keys
+ * `project.<id>` and `key.<sha256hex>` (JSON values), mirrored into memory by a watch so authentication never waits
+ * on the network. Changes made here are applied to the mirror as soon as the KV answers (read-your-writes on this
+ * node) and reach the other nodes through their watches (typically within milliseconds). A key just created on
+ * another node and not yet mirrored gets one `kv.get` (refreshKey) before a 401.
+ *
+ * The watch is a push consumer; like ordered consumers it may not recover by itself after a server loss (§13.9), so
+ * a check compares the bucket's last revision with the mirror's and restarts the watch after the last applied one.
+ */
+
+/** How often the mirror is compared with the bucket's last revision. */
+const MIRROR_CHECK_MS = 2_000;
+/** The mirror behind the bucket and silent this long: a fresh watch from the last applied revision. */
+const MIRROR_STALL_MS = 10_000;
+
+const PROJECT = 'project.';
+const KEY = 'key.';
+/** KV keys allow `[-/_=.a-zA-Z0-9]`: ids of these characters are used as they are, others base64url after a '='. */
+const SAFE_ID = /^[A-Za-z0-9_-]+$/;
+const KEY_HASH = /^[0-9a-f]{64}$/;
+
+export function projectKey(id: string): string {
+  return PROJECT + (SAFE_ID.test(id) ? id : `=${Buffer.from(id, 'utf8').toString('base64url')}`);
+}
+
+function projectIdOf(kvKey: string): string {
+  const rest = kvKey.slice(PROJECT.length);
+  return rest.startsWith('=') ? Buffer.from(rest.slice(1), 'base64url').toString('utf8') : rest;
+}
+
+export function keyKey(hash: string): string {
+  if (!KEY_HASH.test(hash)) throw new Error(`a key hash is 64 lowercase hex digits: ${hash}`);
+  return KEY + hash;
+}
+
+type ChangeFn = (what: { kind: 'project' | 'key'; id: string }) => void;
+
+export class KvCatalog implements Catalog {
+  private readonly projectsById = new Map<string, ProjectRecord>();
+  private readonly keysByHash = new Map<string, KeyRecord>();
+  /** KV key -> revision of the value (or delete) the mirror holds: an older one arriving late is ignored */
+  private readonly revisions = new Map<string, number>();
+  private readonly listeners = new Set<ChangeFn>();
+  /** highest revision applied from the watch (the watch resumes after it) */
+  private applied = 0;
+  private lastProgress = Date.now();
+  private watcher: { stop(): void } | undefined;
+  private generation = 0;
+  private closed = false;
+  private readonly timer: NodeJS.Timeout;
+  private readyTarget = 0;
+  private resolveReady!: () => void;
+  private readonly readyPromise = new Promise<void>((r) => (this.resolveReady = r));
+  private isReady = false;
+  private checking = false;
+
+  private constructor(
+    readonly kv: KV,
+    private readonly log: (line: string) => void,
+  ) {
+    this.timer = setInterval(() => void this.check(), MIRROR_CHECK_MS);
+    this.timer.unref();
+  }
+
+  /** Starts the mirror; await `ready()` before serving (health answers 503 until then). */
+  static async open(kv: KV, opts: { log?: (line: string) => void } = {}): Promise<KvCatalog> {
+    const c = new KvCatalog(kv, opts.log ?? (() => {}));
+    c.readyTarget = await c.bucketLastRevision();
+    if (c.readyTarget === 0) c.markReady();
+    await c.watch(0);
+    return c;
+  }
+
+  /** Resolves once the values stored when the catalog opened are in the mirror. */
+  ready(): Promise<void> {
+    return this.readyPromise;
+  }
+
+  get isMirrorReady(): boolean {
+    return this.isReady;
+  }
+
+  private markReady(): void {
+    if (this.isReady) return;
+    this.isReady = true;
+    this.resolveReady();
+  }
+
+  private async bucketLastRevision(): Promise<number> {
+    const st = await this.kv.status();
+    return st.streamInfo.state.last_seq;
+  }
+
+  private async watch(afterRevision: number): Promise<void> {
+    const gen = ++this.generation;
+    this.watcher?.stop();
+    this.watcher = undefined;
+    const it = await this.kv.watch(afterRevision > 0 ? { resumeFromRevision: afterRevision + 1 } : {});
+    if (gen !== this.generation || this.closed) {
+      it.stop();
+      return;
+    }
+    this.watcher = it;
+    this.lastProgress = Date.now();
+    void (async () => {
+      try {
+        for await (const e of it) {
+          if (gen !== this.generation) break;
+          this.apply(e);
+          if (e.revision > this.applied) this.applied = e.revision;
+          this.lastProgress = Date.now();
+          if (this.applied >= this.readyTarget) this.markReady();
+        }
+      } catch (err) {
+        if (!this.closed) this.log(`catalog watch failed: ${err instanceof Error ? err.message : String(err)}`);
+      }
+      if (gen === this.generation && !this.closed) this.watcher = undefined; // the check restarts it
+    })();
+  }
+
+  /** Every MIRROR_CHECK_MS: no watch → restart; the bucket ahead and nothing arrived for MIRROR_STALL_MS → restart. */
+  private async check(): Promise<void> {
+    if (this.closed || this.checking) return;
+    this.checking = true;
+    try {
+      if (!this.watcher) {
+        await this.watch(this.applied);
+        return;
+      }
+      if (Date.now() - this.lastProgress < MIRROR_STALL_MS) return;
+      const last = await this.bucketLastRevision();
+      if (last <= this.applied) {
+        this.lastProgress = Date.now();
+        return;
+      }
+      this.log(`catalog mirror stalled at revision ${this.applied} (bucket at ${last}): new watch`);
+      await this.watch(this.applied);
+    } catch (err) {
+      this.log(`catalog mirror check failed (retried in ${MIRROR_CHECK_MS} ms): ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  /** Applies one KV value or delete to the mirror (unless the mirror holds a newer revision of that key). */
+  private apply(e: Pick<KvEntry, 'key' | 'revision' | 'operation'> & { json<T>(): T }): void {
+    const known = this.revisions.get(e.key);
+    if (known !== undefined && known >= e.revision) return;
+    let change: { kind: 'project' | 'key'; id: string } | undefined;
+    const gone = e.operation !== 'PUT';
+    if (e.key.startsWith(PROJECT)) {
+      const id = projectIdOf(e.key);
+      if (gone) this.projectsById.delete(id);
+      else this.projectsById.set(id, e.json<ProjectRecord>());
+      change = { kind: 'project', id };
+    } else if (e.key.startsWith(KEY)) {
+      const hash = e.key.slice(KEY.length);
+      if (gone) this.keysByHash.delete(hash);
+      else this.keysByHash.set(hash, e.json<KeyRecord>());
+      change = { kind: 'key', id: hash };
+    } else {
+      return; // salts, cluster.config: not the mirror's
+    }
+    this.revisions.set(e.key, e.revision);
+    for (const fn of this.listeners) {
+      try {
+        fn(change);
+      } catch (err) {
+        this.log(`catalog change listener failed: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  }
+
+  private applyLocal(key: string, revision: number, value: unknown): void {
+    this.apply({ key, revision, operation: value === undefined ? 'DEL' : 'PUT', json: <T>() => value as T });
+  }
+
+  project(id: string): ProjectRecord | undefined {
+    return this.projectsById.get(id);
+  }
+
+  projects(): ProjectRecord[] {
+    return [...this.projectsById.values()];
+  }
+
+  key(hash: string): KeyRecord | undefined {
+    return this.keysByHash.get(hash);
+  }
+
+  keys(projectId: string): Array<[string, KeyRecord]> {
+    const out: Array<[string, KeyRecord]> = [];
+    for (const [h, k] of this.keysByHash) if (k.projectId === projectId) out.push([h, k]);
+    return out;
+  }
+
+  /** Key hashes first, then the project: a node that sees a key before its project answers 401, never a half project. */
+  async putProject(project: ProjectRecord, keyHashes: Array<[string, KeyRecord]>): Promise<void> {
+    for (const [hash, rec] of keyHashes) await this.putKey(hash, rec);
+    const k = projectKey(project.id);
+    const rev = await this.kv.put(k, JSON.stringify(project));
+    this.applyLocal(k, rev, project);
+  }
+
+  async putKey(hash: string, record: KeyRecord): Promise<void> {
+    const k = keyKey(hash);
+    const rev = await this.kv.put(k, JSON.stringify(record));
+    this.applyLocal(k, rev, record);
+  }
+
+  async deleteKey(hash: string): Promise<void> {
+    await this.kv.purge(keyKey(hash));
+    await this.refresh(keyKey(hash));
+  }
+
+  /** The project first (its keys then answer 401 at once), then its keys. */
+  async deleteProject(projectId: string): Promise<void> {
+    const keys = this.keys(projectId);
+    await this.kv.purge(projectKey(projectId));
+    await this.refresh(projectKey(projectId));
+    for (const [hash] of keys) await this.deleteKey(hash);
+  }
+
+  /** One `kv.get` of a key hash the mirror does not hold yet (created on another node a moment ago). */
+  async refreshKey(hash: string): Promise<KeyRecord | undefined> {
+    if (!KEY_HASH.test(hash)) return undefined;
+    await this.refresh(keyKey(hash));
+    return this.keysByHash.get(hash);
+  }
+
+  private async refresh(k: string): Promise<void> {
+    const e = await this.kv.get(k);
+    if (e) this.apply(e);
+    else if (this.revisions.has(k)) {
+      // gone without a marker: forget it (as a delete one revision past what the mirror held)
+      this.applyLocal(k, this.revisions.get(k)! + 1, undefined);
+      this.revisions.delete(k);
+    }
+  }
+
+  /**
+   * The admin key of ANALYTICS_ADMIN_KEY: `kv.create` of its hash, so the first node to start stores it and every
+   * other node (same key, same hash) finds it there. Returns whether this call stored it.
+   */
+  async ensureAdminKey(hash: string, record: KeyRecord): Promise<boolean> {
+    const k = keyKey(hash);
+    try {
+      const rev = await this.kv.create(k, JSON.stringify(record));
+      this.applyLocal(k, rev, record);
+      return true;
+    } catch (err) {
+      const e = await this.kv.get(k);
+      if (!e || e.operation !== 'PUT') throw err;
+      this.apply(e);
+      return false;
+    }
+  }
+
+  onChange(fn: ChangeFn): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.generation++;
+    clearInterval(this.timer);
+    this.watcher?.stop();
+    this.watcher = undefined;
+  }
+}

@@ -1,0 +1,200 @@
+import { createReadStream, createWriteStream, existsSync, mkdirSync, openSync, closeSync, readSync, fstatSync, renameSync, rmSync, appendFileSync, fsyncSync } from 'node:fs';
+import path from 'node:path';
+import { Readable, Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { Objm, type ObjectStore } from '@nats-io/obj';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { SnapshotData } from '../../core/snapshot.ts';
+import type { SnapshotStore } from '../seams.ts';
+import { readSnapshot, SnapshotFiles } from '../snapshot-files.ts';
+
+/**
+ * Partition snapshots in the JetStream object store `analytics_snapshots_v1` (CLUSTER.md §5), named
+ * `p<nn>/<seq, 16 digits>` by the stream sequence they cover. The body is the snapshot file of single-node mode
+ * (snapshot-format.ts: magic, v8 frames, SHA-256), written by the same worker thread (snapshot-worker.ts, through
+ * SnapshotFiles: serialization, hashing and the disk stay off the main thread), followed by a trailer naming the
+ * last folded message's batch id: `[batch id, UTF-8][u16 LE length]["ABID"]`. The file reader stops after the
+ * digest, so the trailer is invisible to it.
+ *
+ * The written file stays on local disk as a cache (`<cacheDir>/<bucket>/p<nn>/snapshots/`, the 2 newest per
+ * partition, SnapshotFiles' own pruning): loading takes the local copy of a sequence when there is one and downloads
+ * otherwise (into the same cache). The 2 newest objects per partition are kept, older ones deleted after each write.
+ */
+
+/** Two per partition: the newest, and one to fall back on if the newest turns out damaged. */
+const SNAPSHOTS_KEPT = 2;
+const TRAILER_MAGIC = Buffer.from('ABID');
+/** A batch id is `e:` + 43 base64url characters or `r:` + 22: anything longer is not ours. */
+const MAX_BATCH_ID_BYTES = 1024;
+const SEQ_DIGITS = 16;
+const OBJECT_NAME = /^p(\d{2})\/(\d{16})$/;
+
+export function snapshotObjectName(partition: number, seq: number): string {
+  return `p${String(partition).padStart(2, '0')}/${String(seq).padStart(SEQ_DIGITS, '0')}`;
+}
+
+function trailer(batchId: string): Buffer {
+  const id = Buffer.from(batchId, 'utf8');
+  if (id.length > MAX_BATCH_ID_BYTES) throw new Error(`batch id too long (${id.length} bytes)`);
+  const len = Buffer.alloc(2);
+  len.writeUInt16LE(id.length, 0);
+  return Buffer.concat([id, len, TRAILER_MAGIC]);
+}
+
+/** The batch id at the end of a snapshot file, or undefined (none written, or the trailer is cut). */
+export function readTrailer(file: string): string | undefined {
+  const fd = openSync(file, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const tail = Buffer.alloc(Math.min(size, MAX_BATCH_ID_BYTES + 6));
+    readSync(fd, tail, 0, tail.length, size - tail.length);
+    if (tail.length < 6 || !tail.subarray(tail.length - 4).equals(TRAILER_MAGIC)) return undefined;
+    const len = tail.readUInt16LE(tail.length - 6);
+    if (len > tail.length - 6) return undefined;
+    return tail.subarray(tail.length - 6 - len, tail.length - 6).toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function localName(seq: number): string {
+  return `snapshot-${String(seq).padStart(SEQ_DIGITS, '0')}.bin`;
+}
+
+export interface ObjectSnapshotStoreOptions {
+  log?: (line: string) => void;
+}
+
+export class ObjectSnapshotStore implements SnapshotStore {
+  private readonly files = new Map<number, SnapshotFiles>();
+  private readonly root: string;
+
+  private constructor(
+    readonly os: ObjectStore,
+    bucket: string,
+    cacheDir: string,
+    private readonly log: (line: string) => void,
+  ) {
+    // per bucket: a cache never mixes snapshots of two clusters (or two tests)
+    this.root = path.join(cacheDir, bucket);
+  }
+
+  /** `bucket`: ResourceNames.snapshots (ensureResources created it); `cacheDir`: the node's data directory or below. */
+  static async open(nc: NatsConnection, bucket: string, cacheDir: string, opts: ObjectSnapshotStoreOptions = {}): Promise<ObjectSnapshotStore> {
+    const os = await new Objm(nc).open(bucket);
+    return new ObjectSnapshotStore(os, bucket, cacheDir, opts.log ?? (() => {}));
+  }
+
+  /**
+   * The partition's local snapshot files and their writer thread (one per partition: the writer keeps the bytes of
+   * unchanged days it was sent before, by key, so a partition's snapshotter must always talk to the same one).
+   */
+  local(partition: number): SnapshotFiles {
+    let f = this.files.get(partition);
+    if (!f) {
+      f = new SnapshotFiles(path.join(this.root, `p${String(partition).padStart(2, '0')}`));
+      this.files.set(partition, f);
+    }
+    return f;
+  }
+
+  private localFile(partition: number, seq: number): string {
+    return path.join(this.root, `p${String(partition).padStart(2, '0')}`, 'snapshots', localName(seq));
+  }
+
+  async write(partition: number, data: SnapshotData, lastBatchId?: string): Promise<{ bytes: number }> {
+    const files = this.local(partition);
+    const { file, bytes } = await files.write(data);
+    if (lastBatchId !== undefined) {
+      appendFileSync(file, trailer(lastBatchId));
+      const fd = openSync(file, 'r+');
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    const name = snapshotObjectName(partition, data.lastSeq);
+    await this.os.put({ name, description: `partition ${partition} state as of stream sequence ${data.lastSeq}` }, Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>);
+    await this.prune(partition);
+    return { bytes };
+  }
+
+  /** Sequences of the partition's objects, newest first. */
+  async objectSeqs(partition: number): Promise<number[]> {
+    const seqs: number[] = [];
+    for (const info of await this.os.list()) {
+      const m = OBJECT_NAME.exec(info.name);
+      if (m && Number(m[1]) === partition && !info.deleted) seqs.push(Number(m[2]));
+    }
+    return seqs.sort((x, y) => y - x);
+  }
+
+  private async prune(partition: number): Promise<void> {
+    for (const seq of (await this.objectSeqs(partition)).slice(SNAPSHOTS_KEPT)) {
+      await this.os.delete(snapshotObjectName(partition, seq)).catch((err: unknown) => {
+        this.log(`old snapshot ${snapshotObjectName(partition, seq)} not deleted (next write retries): ${err instanceof Error ? err.message : String(err)}`);
+      });
+    }
+  }
+
+  async loadNewest(partition: number, maxSeq: number, onSkip: (name: string, why: string) => void): Promise<{ data: SnapshotData; lastBatchId?: string } | undefined> {
+    const remote = new Set(await this.objectSeqs(partition));
+    const local = new Set<number>();
+    for (const f of this.local(partition).files()) local.add(Number(/(\d{16})/.exec(f)![1]));
+    const seqs = [...new Set([...remote, ...local])].sort((x, y) => y - x);
+    for (const seq of seqs) {
+      const name = snapshotObjectName(partition, seq);
+      if (seq > maxSeq) {
+        onSkip(name, `covers records beyond the log's last sequence ${maxSeq}`);
+        continue;
+      }
+      const file = this.localFile(partition, seq);
+      if (local.has(seq)) {
+        try {
+          return this.readLocal(file);
+        } catch (err) {
+          onSkip(file, err instanceof Error ? err.message : String(err));
+          rmSync(file, { force: true }); // the object store's copy, if any, replaces it
+        }
+      }
+      if (!remote.has(seq)) continue;
+      try {
+        await this.download(name, file);
+        return this.readLocal(file);
+      } catch (err) {
+        onSkip(name, err instanceof Error ? err.message : String(err));
+        rmSync(file, { force: true });
+      }
+    }
+    return undefined;
+  }
+
+  private readLocal(file: string): { data: SnapshotData; lastBatchId?: string } {
+    const data = readSnapshot(file);
+    const lastBatchId = readTrailer(file);
+    return lastBatchId === undefined ? { data } : { data, lastBatchId };
+  }
+
+  /** Fetches an object into the cache (a temporary file renamed when whole: SnapshotFiles removes leftovers). */
+  private async download(name: string, file: string): Promise<void> {
+    const r = await this.os.get(name);
+    if (!r) throw new Error('gone from the object store');
+    mkdirSync(path.dirname(file), { recursive: true });
+    const tmp = `${file}.tmp`;
+    try {
+      await pipeline(Readable.fromWeb(r.data as import('node:stream/web').ReadableStream<Uint8Array>), createWriteStream(tmp, { mode: 0o600 }) as Writable);
+      const err = await r.error;
+      if (err) throw err;
+      renameSync(tmp, file);
+    } finally {
+      if (existsSync(tmp)) rmSync(tmp, { force: true });
+    }
+  }
+
+  /** Stops the writer threads; the connection is the caller's. */
+  async close(): Promise<void> {
+    await Promise.all([...this.files.values()].map((f) => f.close()));
+    this.files.clear();
+  }
+}
