@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { preferredOwner } from '../src/core/hrw.ts';
 import { FENCE_MS, Ownership, SETTLE_MS } from '../src/engine/ownership.ts';
@@ -195,6 +196,29 @@ describe('partitions move between nodes by lease, and reads follow them', () => 
     assert.ok(noResponders >= NO_RESPONDERS_GRACE_MS - RETRY_SLACK_MS && noResponders < NO_RESPONDERS_GRACE_MS + 1_000, `no responders took ${noResponders} ms`);
     await assert.rejects(reader.request(0, { fail: true }), (e: unknown) => e instanceof ReadFailedError && e.code === 'unavailable' && e.status === 503);
     await assert.rejects(reader.request(0, { wait: 1_000 }, 300), (e: unknown) => e instanceof ReadUnavailableError && e.reason === 'timeout');
+  });
+
+  test('a watch whose consumer vanished server-side is recreated, and no partition moves meanwhile', async (t) => {
+    const jsm = await jetstreamManager(client);
+    const before = new Map(nodes.map((x) => [x.id, x.store.watchRestarts]));
+    const gainsBefore = nodes.reduce((k, x) => k + x.gained.length, 0);
+    let deleted = 0;
+    for await (const ci of jsm.consumers.list(`KV_${bucket}`)) {
+      await jsm.consumers.delete(`KV_${bucket}`, ci.name);
+      deleted++;
+    }
+    assert.equal(deleted, 3, 'one watch per node');
+    const t0 = performance.now();
+    await waitFor('every node recreated its watch', () => nodes.every((x) => x.store.watchRestarts > before.get(x.id)!), WATCH_STALL_MS + SLOW_MS);
+    let since = performance.now();
+    await waitFor('every node sees the bucket again', () => {
+      if (!nodes.every((x) => x.own.seesBucket())) since = performance.now();
+      return performance.now() - since > 1_000;
+    }, SLOW_MS);
+    t.diagnostic(`all three watches recreated ${Math.round(performance.now() - t0)} ms after their consumers were deleted`);
+    assert.ok(servedByPreferred(['a', 'b', 'c']));
+    assert.equal(nodes.reduce((k, x) => k + x.gained.length, 0), gainsBefore, 'no partition changed hands');
+    assert.deepEqual(overlaps, []);
   });
 
   test('a graceful stop hands every partition of the node to the others within 2 s, and reads follow', async (t) => {

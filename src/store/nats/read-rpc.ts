@@ -16,6 +16,13 @@ export const READ_SUBJECT_PREFIX = 'analytics.v1.read';
 const READ_QUEUE = 'analytics-read';
 /** A forwarded read's whole budget: the owner's read barrier waits ≤ 2 s too, so this is the caller's 503 point. */
 export const READ_TIMEOUT_MS = 2_000;
+/**
+ * One attempt waits at most this long, then the read is sent again (reads are idempotent). A request in flight to a
+ * node on another NATS server when that node unsubscribes (it lost the partition) is dropped by that server without
+ * a word: seen for 3–4 of ~32 reads during one hand-over before this retry. A read slower than this (a long read
+ * barrier) is sent twice; the second shares the owner's barrier.
+ */
+export const READ_ATTEMPT_MS = 500;
 /** Pause before asking again after a `not_serving` or no-responders answer. */
 const RETRY_PAUSE_MS = 25;
 /**
@@ -168,7 +175,7 @@ export class ReadRpc {
       if (left <= 0) throw new ReadUnavailableError(partition, 'timeout');
       let reply: Msg;
       try {
-        reply = await this.#nc.request(this.subject(partition), body, { timeout: left });
+        reply = await this.#nc.request(this.subject(partition), body, { timeout: Math.min(left, READ_ATTEMPT_MS) });
       } catch (err) {
         const e = err as { isNoResponders?: () => boolean; name?: string };
         if (typeof e?.isNoResponders === 'function' && e.isNoResponders()) {
@@ -177,7 +184,10 @@ export class ReadRpc {
           await sleep(RETRY_PAUSE_MS);
           continue;
         }
-        if (e?.name === 'TimeoutError') throw new ReadUnavailableError(partition, 'timeout');
+        if (e?.name === 'TimeoutError') {
+          if (deadline - performance.now() <= RETRY_PAUSE_MS) throw new ReadUnavailableError(partition, 'timeout');
+          continue;
+        }
         throw err;
       }
       let env: unknown;
