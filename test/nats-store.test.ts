@@ -253,7 +253,17 @@ describe('object-store snapshots', { concurrency: true }, () => {
     try {
       await store.write(0, toSnapshot(stateOf(7)));
       const got = await store.loadNewest(0, 100, () => {});
-      assert.deepEqual(got?.data, toSnapshot(stateOf(7)));
+      // single-node restores are lazy (days and rings come as their stored bytes): compare what they decode to
+      assert.ok(got);
+      const woken = {
+        ...got.data,
+        projects: got.data.projects.map((p) => ({
+          ...p,
+          recent: 'load' in p.recent ? p.recent.load() : p.recent,
+          days: p.days.map((d) => ('load' in d ? d.load() : d)),
+        })),
+      };
+      assert.deepEqual(woken, toSnapshot(stateOf(7)));
       await assert.rejects(store.write(1, toSnapshot(stateOf(1))), RangeError);
       assert.equal(readdirSync(path.join(dir, 'snapshots')).length, 1);
       writeFileSync(path.join(dir, 'snapshots', 'snapshot-0000000000000009.bin'), 'not a snapshot');
