@@ -478,6 +478,7 @@ export class ClusterBackend implements Backend {
       return { unavailable: 'the event stream did not answer in time; retry in a moment' };
     }
     if (p.state.lastSeq >= target) return true;
+    p.follower?.behind?.(target);
     const reached = await new Promise<boolean>((resolve) => {
       const t = setTimeout(() => resolve(false), Math.max(1, deadline - Date.now()));
       p.waiters.push({

@@ -59,6 +59,8 @@ export const WATCHDOG_STALL_MS = 6_000;
  * failover is then asked again (read barrier, watchdog) instead of waited on for the client's default 5 s (issue 15x).
  */
 const LAST_SEQ_TIMEOUT_MS = 1_000;
+/** A follower a read waits on that delivered nothing for this long while behind is stalled (a live one delivers in ms). */
+const BEHIND_STALL_MS = 2_000;
 
 /** The log refused or could not take a batch in time: the engine answers 503 with Retry-After. */
 export class LogUnavailable extends Error {
@@ -456,6 +458,19 @@ class JsFollower implements Follower {
       }
       if (gen === this.generation && !this.stopped) this.messages = undefined; // ended: the watchdog starts another
     })();
+  }
+
+  /**
+   * A read barrier saw the stream end at `seq`: behind it and silent for BEHIND_STALL_MS, the consumer is replaced
+   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold).
+   */
+  behind(seq: number): void {
+    if (!this.started || this.stopped || this.creating || this.checking || !this.messages) return;
+    if (seq <= this.lastSeq || Date.now() - this.lastProgress < BEHIND_STALL_MS) return;
+    this.log.report(`partition ${this.partition}: follower silent at ${this.lastSeq} for ${BEHIND_STALL_MS} ms while a read waits for ${seq}: new consumer`);
+    this.restarts++;
+    this.lastProgress = Date.now();
+    this.consume();
   }
 
   /** Every WATCHDOG_INTERVAL_MS: no consumer (create failed, or it ended) → retry; behind and silent for WATCHDOG_STALL_MS → replace. */
