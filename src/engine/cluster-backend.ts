@@ -6,7 +6,7 @@ import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/log-store.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
-import { ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
+import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from './backend.ts';
@@ -33,6 +33,13 @@ import { answerRead, type ReadQuery } from './read-query.ts';
 export const READ_BARRIER_MS = 2_000;
 /** Prune remembered eventIds this often (they expire after 48 h): hourly keeps at most ~49 h plus the margin. */
 const PRUNE_EVERY_MS = 3_600_000;
+/** A partition whose start failed (the stream did not answer, e.g. during a leader failover) is tried again this soon. */
+const START_RETRY_MS = 1_000;
+/**
+ * A forwarded read's barrier gives up this long before the asker's READ_TIMEOUT_MS, so the asker gets the owner's
+ * 503 reason (and retries) instead of a bare timeout racing the owner's answer.
+ */
+const FORWARD_REPLY_MARGIN_MS = 500;
 /** Drop the reducer's seal queue this often: cluster days stay live (nothing to write), the queue must not grow. */
 const SEAL_QUEUE_DRAIN_MS = 60_000;
 /** Owners publish changed monthly usage this often (CLUSTER.md §8: quota enforced within ~1–2 s). */
@@ -243,10 +250,20 @@ export class ClusterBackend implements Backend {
     p.active = true;
     const gen = ++p.generation;
     p.starting = this.startPartition(p, gen).catch((err: unknown) => {
-      this.log(`partition ${p.n}: start failed (${err instanceof Error ? err.message : String(err)}); retried on the next ownership change`);
-      if (p.generation === gen) p.active = false;
+      if (p.generation !== gen) return;
+      p.active = false;
+      // e.g. lastSeq timed out during a stream leader failover: while the partition is still ours (or a standby's),
+      // try again, else it would stay unfolded and its reads refused until the next ownership change (issue 15x)
+      const again = !this.closing && this.wanted(p);
+      this.log(`partition ${p.n}: start failed (${err instanceof Error ? err.message : String(err)}); ${again ? `retried in ${START_RETRY_MS} ms` : 'retried on the next ownership change'}`);
+      if (again) setTimeout(() => void (!p.active && !this.closing && this.wanted(p) && this.activate(p)), START_RETRY_MS).unref();
     });
     return p.starting;
+  }
+
+  /** This node should fold p: every partition (fold all), or one it owns or stands by for. */
+  private wanted(p: Partition): boolean {
+    return this.fold === 'all' || p.writer || this.ownership?.wantsStandby(p.n) === true;
   }
 
   /** Stops folding a partition and frees its state (it is neither owned nor a standby here any more). */
@@ -306,6 +323,7 @@ export class ClusterBackend implements Backend {
     p.sinceSnapshot = 0;
     p.startedAt = last;
     p.caughtUp = false;
+    if (this.closing) return; // closed meanwhile (a retried start can outlast close): no follower on a closed log
     p.follower = this.cp.log.follow(p.n, state.lastSeq, (e) => {
       if (gen === p.generation) this.foldEntry(p, e);
     });
@@ -440,7 +458,8 @@ export class ClusterBackend implements Backend {
 
   /** The owner's side of a forwarded read: the read barrier, then the answer. */
   private async answerOwned(p: Partition, q: ReadQuery): Promise<MetricsResponse | RealtimeResponse> {
-    const reached = await this.barrier(p);
+    if (!p.active) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
+    const reached = await this.barrier(p, READ_TIMEOUT_MS - FORWARD_REPLY_MARGIN_MS);
     if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
     return answerRead({ state: p.state, sealed: undefined }, q);
   }
@@ -450,15 +469,16 @@ export class ClusterBackend implements Backend {
    * (≤ READ_BARRIER_MS) until the fold has reached it. Reads arriving while a lastSeq request is in flight share the
    * next one.
    */
-  private async barrier(p: Partition): Promise<true | ReadRefusal> {
-    const deadline = Date.now() + READ_BARRIER_MS;
+  private async barrier(p: Partition, budgetMs = READ_BARRIER_MS): Promise<true | ReadRefusal> {
+    const deadline = Date.now() + budgetMs;
     let target: number;
     try {
-      target = await withTimeout(this.barrierSeq(p), READ_BARRIER_MS);
+      target = await withTimeout(this.barrierSeq(p), budgetMs);
     } catch {
       return { unavailable: 'the event stream did not answer in time; retry in a moment' };
     }
     if (p.state.lastSeq >= target) return true;
+    p.follower?.behind?.(target);
     const reached = await new Promise<boolean>((resolve) => {
       const t = setTimeout(() => resolve(false), Math.max(1, deadline - Date.now()));
       p.waiters.push({

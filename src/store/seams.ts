@@ -29,6 +29,8 @@ export interface Follower {
   stop(): Promise<void>;
   /** sequence of the last entry handed to onEntry (0 before the first) */
   readonly lastSeq: number;
+  /** a reader saw the stream end at `seq`, ahead of this follower: a follower that looks stalled may restart now */
+  behind?(seq: number): void;
 }
 
 export interface EventLog {

@@ -49,8 +49,18 @@ export const MAX_CONCURRENT_REPLAYS = 4;
 const READ_CHUNK_ENTRIES = 256;
 /** The watchdog looks at each follower this often. */
 export const WATCHDOG_INTERVAL_MS = 2_000;
-/** A follower behind the stream that delivered nothing for this long gets a fresh consumer (§5). */
-export const WATCHDOG_STALL_MS = 10_000;
+/**
+ * A follower behind the stream that delivered nothing for this long gets a fresh consumer (§5): just over a leader
+ * failover (~5 s), so an ordered consumer the failover left stalled is replaced before reads give up (issue 15x).
+ */
+export const WATCHDOG_STALL_MS = 6_000;
+/**
+ * lastSeq's JetStream API request gives up after this long (normally answered in ms): a request lost in a leader
+ * failover is then asked again (read barrier, watchdog) instead of waited on for the client's default 5 s (issue 15x).
+ */
+const LAST_SEQ_TIMEOUT_MS = 1_000;
+/** A follower a read waits on that delivered nothing for this long while behind is stalled (a live one delivers in ms). */
+const BEHIND_STALL_MS = 2_000;
 
 /** The log refused or could not take a batch in time: the engine answers 503 with Retry-After. */
 export class LogUnavailable extends Error {
@@ -153,6 +163,8 @@ export class JetStreamEventLog implements EventLog {
 
   private constructor(
     private readonly jsm: JetStreamManager,
+    /** the same API with LAST_SEQ_TIMEOUT_MS: lastSeq only */
+    private readonly quickJsm: JetStreamManager,
     nc: NatsConnection,
     followNcs: readonly NatsConnection[],
     readonly names: ResourceNames,
@@ -173,7 +185,9 @@ export class JetStreamEventLog implements EventLog {
    * `followNcs[p % n]` (see PARTITIONS_PER_FOLLOW_CONNECTION); none given: everything on `nc`.
    */
   static async open(nc: NatsConnection, followNcs: readonly NatsConnection[], names: ResourceNames, partitions: number, opts: JetStreamEventLogOptions = {}): Promise<JetStreamEventLog> {
-    return new JetStreamEventLog(await jetstreamManager(nc), nc, followNcs, names, partitions, opts);
+    const jsm = await jetstreamManager(nc);
+    const quickJsm = await jetstreamManager(nc, { timeout: LAST_SEQ_TIMEOUT_MS, checkAPI: false });
+    return new JetStreamEventLog(jsm, quickJsm, nc, followNcs, names, partitions, opts);
   }
 
   private subject(partition: number): string {
@@ -206,7 +220,7 @@ export class JetStreamEventLog implements EventLog {
   }
 
   async lastSeq(partition: number): Promise<number> {
-    const m = await this.jsm.streams.getMessage(this.names.stream, { last_by_subj: this.subject(partition) });
+    const m = await this.quickJsm.streams.getMessage(this.names.stream, { last_by_subj: this.subject(partition) });
     return m ? m.seq : 0;
   }
 
@@ -315,7 +329,8 @@ export class JetStreamEventLog implements EventLog {
     this.subject(partition);
     const f = new JsFollower(this, partition, afterSeq, onEntry, () => this.followers.delete(f));
     this.followers.add(f);
-    f.start();
+    if (this.closed) void f.stop(); // a follower asked for after close would poll forever
+    else f.start();
     return f;
   }
 
@@ -443,6 +458,19 @@ class JsFollower implements Follower {
       }
       if (gen === this.generation && !this.stopped) this.messages = undefined; // ended: the watchdog starts another
     })();
+  }
+
+  /**
+   * A read barrier saw the stream end at `seq`: behind it and silent for BEHIND_STALL_MS, the consumer is replaced
+   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold).
+   */
+  behind(seq: number): void {
+    if (!this.started || this.stopped || this.creating || this.checking || !this.messages) return;
+    if (seq <= this.lastSeq || Date.now() - this.lastProgress < BEHIND_STALL_MS) return;
+    this.log.report(`partition ${this.partition}: follower silent at ${this.lastSeq} for ${BEHIND_STALL_MS} ms while a read waits for ${seq}: new consumer`);
+    this.restarts++;
+    this.lastProgress = Date.now();
+    this.consume();
   }
 
   /** Every WATCHDOG_INTERVAL_MS: no consumer (create failed, or it ended) → retry; behind and silent for WATCHDOG_STALL_MS → replace. */
