@@ -8,7 +8,7 @@ import { loadConfig } from '../src/config.ts';
 import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject } from './helpers.ts';
-import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
 /**
  * Cluster mode with partition owners (ANALYTICS_FOLD=owner, the default), CLUSTER.md §11 test 5: partitions move when
@@ -17,8 +17,6 @@ import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
  * the cluster's members.
  */
 
-const PARTITIONS = '4';
-const TEST_STREAM_BYTES = String(16 * 1024 * 1024);
 /** CLUSTER.md §11: a dead owner's partitions are served again within this (lease 5 s + claim + catch-up). */
 const TAKEOVER_DEADLINE_MS = 8_000;
 /**
@@ -44,20 +42,7 @@ async function startNode(id: string, tag: string, adminKey: string, fold: 'owner
   const dataDir = mkdtempSync(path.join(tmpdir(), `owner-${id}-`));
   dirs.push(dataDir);
   const logs: string[] = [];
-  const config = loadConfig({
-    PORT: '0',
-    GRPC_PORT: '0',
-    HOST: '127.0.0.1',
-    ANALYTICS_DATA_DIR: dataDir,
-    ANALYTICS_ADMIN_KEY: adminKey,
-    ANALYTICS_MODE: 'cluster',
-    ANALYTICS_NODE_ID: id,
-    ANALYTICS_NATS: cluster.urls,
-    ANALYTICS_PARTITIONS: PARTITIONS,
-    ANALYTICS_FOLD: fold,
-    ANALYTICS_MAX_STREAM_BYTES: TEST_STREAM_BYTES,
-    ANALYTICS_QUIET: '1',
-  });
+  const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir, adminKey, fold }), ANALYTICS_QUIET: '1' });
   const svc = await startService(config, { log: (l) => logs.push(`${Date.now()} ${l}`), cluster: { tag } });
   running.add(svc);
   const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;

@@ -9,7 +9,7 @@ import { loadConfig } from '../src/config.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
-import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+import { clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type NatsCluster } from './nats-cluster.ts';
 
 /**
  * Cluster mode under faults (CLUSTER.md §10, §11 test 4; issue 15's goals): kill -9 the stream leader, or a service
@@ -26,10 +26,8 @@ import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 const BATCH = 20;
 /** One page per batch, and a day's breakdown keeps 1,000 keys (MAX_BREAKDOWN_KEYS): a publisher sends at most this many. */
 const MAX_BATCHES_PER_PUBLISHER = 990;
-/** Small partition count: each test has few projects; both nodes own some (the default, ANALYTICS_FOLD=owner). */
-const PARTITIONS = '4';
-/** Streams are small in tests: each reserves max_bytes of the servers' file store. */
-const TEST_STREAM_BYTES = String(64 * 1024 * 1024);
+/** Streams are small in tests (each reserves max_bytes of the servers' file store), but 16 publishers fill 16 MiB. */
+const TEST_STREAM_BYTES = 64 * 1024 * 1024;
 /** Limits far above the load: the test is about faults, not about 429s. */
 const NO_LIMITS = { ANALYTICS_RATE_PER_KEY: '1000000', ANALYTICS_BURST_PER_KEY: '1000000', ANALYTICS_RATE_PER_IP: '1000000', ANALYTICS_BURST_PER_IP: '1000000' };
 /** A client gives up on one request after this long (the service's publish deadline is 30 s) and sends it again. */
@@ -83,19 +81,7 @@ function tempDir(prefix: string): string {
 }
 
 function clusterEnv(id: string, key: string, dataDir: string): Record<string, string> {
-  return {
-    PORT: '0',
-    GRPC_PORT: '0',
-    HOST: '127.0.0.1',
-    ANALYTICS_DATA_DIR: dataDir,
-    ANALYTICS_ADMIN_KEY: key,
-    ANALYTICS_MODE: 'cluster',
-    ANALYTICS_NODE_ID: id,
-    ANALYTICS_NATS: cluster.urls,
-    ANALYTICS_PARTITIONS: PARTITIONS,
-    ANALYTICS_MAX_STREAM_BYTES: TEST_STREAM_BYTES,
-    ...NO_LIMITS,
-  };
+  return { ...clusterNodeEnv({ id, urls: cluster.urls, dataDir, adminKey: key, streamBytes: TEST_STREAM_BYTES }), ...NO_LIMITS };
 }
 
 function printNodeLogs(): void {
@@ -328,7 +314,7 @@ describe('cluster mode under faults', { concurrency: false }, () => {
     let stop = false;
     const load = runLoad(publishers, () => [a.url, b.url], () => stop, t0);
     // one project per partition (every partition's reads are watched), through both nodes
-    const perPartition = [...new Map(publishers.map((p) => [partitionOf(p.project.project.id, Number(PARTITIONS)), p])).values()];
+    const perPartition = [...new Map(publishers.map((p) => [partitionOf(p.project.project.id, TEST_PARTITIONS), p])).values()];
     let readsUntil = Infinity; // set at the kill: polled past the goal, so a read gap over the goal can show
     const reads = pollReads([a.url, b.url], perPartition, () => Date.now() - t0 >= readsUntil, t0);
     await sleep(4_000);

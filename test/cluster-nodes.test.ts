@@ -11,17 +11,13 @@ import { loadConfig } from '../src/config.ts';
 import { AnalyticsClient } from '../src/grpc/client.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
-import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
 /**
  * Cluster mode with ANALYTICS_FOLD=all (CLUSTER.md §11 tests 2, 3, 6, 7): in-process service nodes on port 0 with
  * their own data directories over a real 3-server nats-server cluster; each test has its own stream and buckets.
  */
 
-/** Small partition count: every node folds all of them, and a test creates few projects. */
-const PARTITIONS = '4';
-/** Streams are tiny in tests: each reserves max_bytes of the servers' file store. */
-const TEST_STREAM_BYTES = String(16 * 1024 * 1024);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let cluster: NatsCluster;
@@ -42,20 +38,7 @@ async function startNode(id: string, tag: string, adminKey: string, opts: { now?
   const dataDir = opts.dataDir ?? mkdtempSync(path.join(tmpdir(), `cluster-${id}-`));
   dirs.push(dataDir);
   const logs: string[] = [];
-  const config = loadConfig({
-    PORT: '0',
-    GRPC_PORT: '0',
-    HOST: '127.0.0.1',
-    ANALYTICS_DATA_DIR: dataDir,
-    ANALYTICS_ADMIN_KEY: adminKey,
-    ANALYTICS_MODE: 'cluster',
-    ANALYTICS_NODE_ID: id,
-    ANALYTICS_NATS: cluster.urls,
-    ANALYTICS_FOLD: opts.fold ?? 'all',
-    ANALYTICS_PARTITIONS: PARTITIONS,
-    ANALYTICS_MAX_STREAM_BYTES: TEST_STREAM_BYTES,
-    ANALYTICS_QUIET: '1',
-  });
+  const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir, adminKey, fold: opts.fold ?? 'all' }), ANALYTICS_QUIET: '1' });
   const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag }, ...(opts.now ? { now: opts.now } : {}) });
   running.push(svc);
   return { id, svc, url: svc.url, logs, dataDir };

@@ -172,3 +172,32 @@ export async function startNatsCluster(): Promise<NatsCluster> {
   };
   return cluster;
 }
+
+/** Partitions of a test cluster: few projects per test, and every node may fold all of them. */
+export const TEST_PARTITIONS = 4;
+/** Streams are tiny in tests: each reserves max_bytes of the servers' file store (4 GB here). */
+export const TEST_STREAM_BYTES = 16 * 1024 * 1024;
+
+/** The environment of one cluster-mode service node on free ports, for `loadConfig` or a child process. */
+export function clusterNodeEnv(opts: {
+  id: string;
+  urls: string;
+  dataDir: string;
+  adminKey: string;
+  fold?: 'owner' | 'all';
+  streamBytes?: number;
+}): Record<string, string> {
+  return {
+    PORT: '0',
+    GRPC_PORT: '0',
+    HOST: '127.0.0.1',
+    ANALYTICS_DATA_DIR: opts.dataDir,
+    ANALYTICS_ADMIN_KEY: opts.adminKey,
+    ANALYTICS_MODE: 'cluster',
+    ANALYTICS_NODE_ID: opts.id,
+    ANALYTICS_NATS: opts.urls,
+    ANALYTICS_PARTITIONS: String(TEST_PARTITIONS),
+    ANALYTICS_MAX_STREAM_BYTES: String(opts.streamBytes ?? TEST_STREAM_BYTES),
+    ...(opts.fold ? { ANALYTICS_FOLD: opts.fold } : {}),
+  };
+}
