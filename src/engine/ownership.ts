@@ -418,6 +418,10 @@ export class Ownership {
     const n = a.partition;
     if (a.type === 'fenced') {
       this.#held.delete(n);
+      // Still its preferred owner (typically the owners bucket is in a leader failover and renewals fail): the fold
+      // goes on as a standby's, so the claim once the bucket answers serves at once, without restoring the
+      // partition (snapshot, replay) in the middle of the failover. Serving stops now all the same (issue 15t).
+      if (this.fold === 'owner' && this.#preferred[n] === this.nodeId) this.#setStandby(n, true);
       this.#emit('onLose', n);
       return;
     }
