@@ -483,10 +483,12 @@ class JsFollower implements Follower {
 
   /**
    * A read barrier saw the stream end at `seq`: behind it and silent for BEHIND_STALL_MS, the consumer is replaced
-   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold).
+   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold). Also while the watchdog's own
+   * lastSeq is in flight (it often is right after a failover, when that request is the one timing out): the watchdog
+   * then sees the fresh progress mark and leaves the new consumer alone.
    */
   behind(seq: number): void {
-    if (!this.started || this.stopped || this.creating || this.checking || !this.messages) return;
+    if (!this.started || this.stopped || this.creating || !this.messages) return;
     if (seq <= this.lastSeq || Date.now() - this.lastProgress < BEHIND_STALL_MS) return;
     this.log.report(`partition ${this.partition}: follower silent at ${this.lastSeq} for ${BEHIND_STALL_MS} ms while a read waits for ${seq}: new consumer`);
     this.restarts++;
