@@ -40,7 +40,8 @@ const READ_RECOVERY_GOAL_MS = 10_000;
 const READ_POLL_MS = 500;
 /**
  * Test (a) fails when a polled read goes unanswered this long after the stream-leader kill: the goal (10 s) plus room
- * for a shared machine (a partition re-started in the failover waits up to 5 s for the object store's snapshot).
+ * for a slow leader election on a shared machine (reads come back ~0.5 s after the event stream and the owners
+ * bucket have leaders again; elections took 4.3–6.8 s in the runs of issue 15t, up to 19.3 s once in docs/CLUSTER.md).
  */
 const READ_GAP_LIMIT_MS = 15_000;
 /** Test (a) polls reads until this long past the limit after the kill (the load may stop earlier: reads go on). */

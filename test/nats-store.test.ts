@@ -18,7 +18,8 @@ import { Objm } from '@nats-io/obj';
 import { toSnapshot } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { ObjectSnapshotStore, snapshotObjectName } from '../src/store/nats/snapshots.ts';
+import { LOAD_DEADLINE_MS, LOAD_REQUEST_TIMEOUT_MS, LOCAL_FALLBACK_MS, ObjectSnapshotStore, snapshotObjectName } from '../src/store/nats/snapshots.ts';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { FileSnapshotStore } from '../src/store/file-snapshot-store.ts';
 import { SnapshotFiles } from '../src/store/snapshot-files.ts';
 import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
@@ -272,6 +273,65 @@ describe('object-store snapshots', { concurrency: true }, () => {
       assert.equal(skipped.length, 1);
     } finally {
       await store.close();
+    }
+  });
+});
+
+// Serial, and last but one: it kills two of the cluster's servers (the describes above run their tests concurrently).
+describe('object-store snapshots in a failover', () => {
+  const dirs: string[] = [];
+  const tmp = () => {
+    const d = mkdtempSync(path.join(tmpdir(), 'nats-snap-'));
+    dirs.push(d);
+    return d;
+  };
+  after(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  test('an object store without a leader holds no partition start: the local copy is taken at once, a download is asked again until it answers', async (t) => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const writer = await ObjectSnapshotStore.open(a, res.names.snapshots, tmp()); // its cache holds what it wrote
+    const fresh = await ObjectSnapshotStore.open(a, res.names.snapshots, tmp()); // another node's: empty cache
+    const logs: string[] = [];
+    const cached = await ObjectSnapshotStore.open(a, res.names.snapshots, tmp(), { log: (l) => logs.push(l) });
+    try {
+      for (const seq of [10, 20]) await writer.write(1, toSnapshot(stateOf(seq)), `e:batch-${seq}`);
+      assert.equal((await cached.loadNewest(1, 1_000, () => {}))?.data.lastSeq, 20, 'downloaded into its cache');
+      // servers 2 and 3 die: server 1 (node A's) alone has no quorum, so the object store's stream has no leader
+      await cluster.kill(1);
+      await cluster.kill(2);
+      const probe = await jetstreamManager(a, { timeout: 500, checkAPI: false });
+      let answering = true;
+      void (async () => {
+        while (answering) answering = await probe.streams.info(`OBJ_${res.names.snapshots}`).then(() => true, () => false);
+      })();
+      await waitFor('the object store to stop answering', () => !answering, 10_000);
+      answering = false;
+
+      let took = performance.now();
+      const local = await cached.loadNewest(1, 1_000, () => {});
+      took = performance.now() - took;
+      assert.equal(local?.data.lastSeq, 20);
+      assert.deepEqual(local?.data, toSnapshot(stateOf(20)));
+      // the client's default request timeout alone is 5 s: the fallback comes after LOCAL_FALLBACK_MS and one request
+      assert.ok(took < LOCAL_FALLBACK_MS + 3 * LOAD_REQUEST_TIMEOUT_MS, `local copy taken after ${Math.round(took)} ms`);
+      t.diagnostic(`local copy after ${Math.round(took)} ms; ${logs.join('; ') || 'the object store answered the listing after all'}`);
+
+      // no local copy: the download waits (asked again) for the servers' return, well within LOAD_DEADLINE_MS
+      const pending = fresh.loadNewest(1, 1_000, () => {});
+      await sleep(2_000);
+      const restarted = performance.now();
+      await Promise.all([cluster.start(1), cluster.start(2)]);
+      const got = await pending;
+      assert.equal(got?.data.lastSeq, 20, 'downloaded once the object store answered');
+      assert.equal(got?.lastBatchId, 'e:batch-20');
+      assert.ok(performance.now() - restarted < LOAD_DEADLINE_MS, 'before the deadline');
+    } finally {
+      for (const i of [1, 2]) if (!cluster.servers[i]!.proc) await cluster.start(i);
+      await writer.close();
+      await fresh.close();
+      await cached.close();
     }
   });
 });

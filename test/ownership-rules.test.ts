@@ -105,6 +105,19 @@ describe('the lease rules decide from revisions and the local clock alone', () =
     assert.deepEqual([...d.standby].sort((x, y) => x - y), preferredSet('a', ['a', 'b', 'c']), 'preferred but not held: fold as standby');
   });
 
+  test('a member key seen once and never changing (a node dead before this one watched) is never preferred; a live one is, after SETTLE_MS', () => {
+    const w = new World();
+    w.member('x', 0); // x crashed before a joined: its last heartbeat is what a's watch delivers first
+    w.beat(['a', 'b'], 0, 4_000);
+    for (const at of [SETTLE_MS, 4_000]) {
+      const d = w.decide('a', at);
+      assert.ok(!d.preferred.includes('x'), `at ${at} ms x is not a candidate (alive by its age, but never seen to heartbeat)`);
+      assert.deepEqual(of(d.actions, 'claim'), preferredSet('a', ['a', 'b']), 'a claims its share of a and b, none of it waits for x');
+    }
+    w.member('x', 4_100); // x heartbeats after all: a candidate SETTLE_MS after it was first seen alive
+    assert.ok(w.decide('a', 4_200).preferred.includes('x'));
+  });
+
   test('an owner renews every RENEW_MS, and fences itself FENCE_MS after its last successful renewal was sent', () => {
     const w = new World();
     w.beat(['a'], 0, 10_000);

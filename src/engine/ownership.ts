@@ -19,7 +19,10 @@ import { NODE_ID_PATTERN, type LeaseStore, type MemberInfo, type OwnersChange, t
 export const LEASE_MS = 5_000;
 /** An owner serves a partition only this long after sending its last successful renewal: 1.5 s inside LEASE_MS. */
 export const FENCE_MS = 3_500;
-/** A new (or returning) member must be seen this long before it is preferred: its heartbeats must be steady first. */
+/**
+ * A new (or returning) member must be seen this long before it is preferred: its heartbeats must be steady first.
+ * It must also have been seen to heartbeat at all (a second revision of its key): see MemberView.confirmed.
+ */
 export const SETTLE_MS = 2_000;
 /** Heartbeat and renewal period: two renewals may fail before the fence, four before the lease is dead. */
 export const RENEW_MS = 1_000;
@@ -43,6 +46,14 @@ export interface MemberView {
   changedAt: number;
   /** observer clock since when the member is continuously alive with this incarnation */
   liveSince: number;
+  /**
+   * A later revision of this incarnation arrived while it was alive: it heartbeats. A key seen only once may be the
+   * last heartbeat of a node that died before this observer started watching; it looks alive for LEASE_MS on this
+   * clock, and preferring it kept a joining node from claiming the partitions of a node stopped by SIGTERM for up to
+   * that long (the survivor waited ~2 s in test/cluster-failover.test.ts, issue 15t). A live member heartbeats every
+   * RENEW_MS, well inside SETTLE_MS, so this delays no live member.
+   */
+  confirmed: boolean;
 }
 
 export interface PartView {
@@ -88,7 +99,7 @@ export function observe(o: Observed, c: OwnersChange, now: number): boolean {
     const prev = o.members.get(c.id);
     if (prev && c.revision <= prev.revision) return false;
     const wasAlive = prev !== undefined && isAlive(o, prev, now) && prev.info!.incarnation === c.info?.incarnation;
-    o.members.set(c.id, { info: c.info, revision: c.revision, changedAt: at, liveSince: wasAlive ? prev.liveSince : now });
+    o.members.set(c.id, { info: c.info, revision: c.revision, changedAt: at, liveSince: wasAlive ? prev.liveSince : now, confirmed: wasAlive });
     return true;
   }
   if (c.kind === 'part') {
@@ -108,10 +119,10 @@ export function isAlive(o: Observed, m: MemberView | undefined, now: number): bo
   return m !== undefined && m.info !== undefined && ageOf(o, m.changedAt, now) < LEASE_MS;
 }
 
-/** Live members seen for at least SETTLE_MS: the candidates of rendezvous hashing. */
+/** Live members seen heartbeating, for at least SETTLE_MS: the candidates of rendezvous hashing. */
 export function eligibleMembers(o: Observed, now: number): string[] {
   const out: string[] = [];
-  for (const [id, m] of o.members) if (isAlive(o, m, now) && now - m.liveSince >= SETTLE_MS) out.push(id);
+  for (const [id, m] of o.members) if (isAlive(o, m, now) && m.confirmed && now - m.liveSince >= SETTLE_MS) out.push(id);
   return out;
 }
 
@@ -418,6 +429,10 @@ export class Ownership {
     const n = a.partition;
     if (a.type === 'fenced') {
       this.#held.delete(n);
+      // Still its preferred owner (typically the owners bucket is in a leader failover and renewals fail): the fold
+      // goes on as a standby's, so the claim once the bucket answers serves at once, without restoring the
+      // partition (snapshot, replay) in the middle of the failover. Serving stops now all the same (issue 15t).
+      if (this.fold === 'owner' && this.#preferred[n] === this.nodeId) this.#setStandby(n, true);
       this.#emit('onLose', n);
       return;
     }

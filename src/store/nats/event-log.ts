@@ -59,6 +59,14 @@ export const WATCHDOG_STALL_MS = 6_000;
  * failover is then asked again (read barrier, watchdog) instead of waited on for the client's default 5 s (issue 15x).
  */
 const LAST_SEQ_TIMEOUT_MS = 1_000;
+/**
+ * The resume check's requests (firstSeq, batchIdAt: a partition's start) are asked again, each bounded by
+ * LAST_SEQ_TIMEOUT_MS, for this long; past it the check fails and the caller replays the partition. One request
+ * waited on for the client's default 5 s in a failover held a partition's start that long (issue 15t).
+ */
+const START_REQUEST_DEADLINE_MS = 20_000;
+/** Pause between two attempts of such a request. */
+const START_REQUEST_RETRY_MS = 250;
 /** A follower a read waits on that delivered nothing for this long while behind is stalled (a live one delivers in ms). */
 const BEHIND_STALL_MS = 2_000;
 
@@ -163,7 +171,7 @@ export class JetStreamEventLog implements EventLog {
 
   private constructor(
     private readonly jsm: JetStreamManager,
-    /** the same API with LAST_SEQ_TIMEOUT_MS: lastSeq only */
+    /** the same API with LAST_SEQ_TIMEOUT_MS: lastSeq and the resume check's requests */
     private readonly quickJsm: JetStreamManager,
     nc: NatsConnection,
     followNcs: readonly NatsConnection[],
@@ -230,7 +238,7 @@ export class JetStreamEventLog implements EventLog {
    * 2.9.10 was seen numbering replicas differently after a leader stall (CLUSTER.md §5, §13.14).
    */
   async batchIdAt(seq: number): Promise<string | undefined> {
-    const m = await this.jsm.streams.getMessage(this.names.stream, { seq });
+    const m = await this.startRequest(() => this.quickJsm.streams.getMessage(this.names.stream, { seq }));
     return m?.header?.get('Nats-Msg-Id') || undefined;
   }
 
@@ -239,8 +247,21 @@ export class JetStreamEventLog implements EventLog {
    * that retention (max_age) removed from the stream since, so it cannot be resumed from.
    */
   async firstSeq(): Promise<number> {
-    const info = await this.jsm.streams.info(this.names.stream);
+    const info = await this.startRequest(() => this.quickJsm.streams.info(this.names.stream));
     return info.state.first_seq;
+  }
+
+  /** A request of a partition's start: transient failures asked again until START_REQUEST_DEADLINE_MS. */
+  private async startRequest<T>(attempt: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + START_REQUEST_DEADLINE_MS;
+    for (;;) {
+      try {
+        return await attempt();
+      } catch (err) {
+        if (this.closed || !isTransient(err) || Date.now() + START_REQUEST_RETRY_MS >= deadline) throw err;
+        await sleep(START_REQUEST_RETRY_MS);
+      }
+    }
   }
 
   /** The message's entry, or a BadLogMessage. */
@@ -462,10 +483,12 @@ class JsFollower implements Follower {
 
   /**
    * A read barrier saw the stream end at `seq`: behind it and silent for BEHIND_STALL_MS, the consumer is replaced
-   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold).
+   * now instead of at the watchdog's WATCHDOG_STALL_MS (reads wait on this fold). Also while the watchdog's own
+   * lastSeq is in flight (it often is right after a failover, when that request is the one timing out): the watchdog
+   * then sees the fresh progress mark and leaves the new consumer alone.
    */
   behind(seq: number): void {
-    if (!this.started || this.stopped || this.creating || this.checking || !this.messages) return;
+    if (!this.started || this.stopped || this.creating || !this.messages) return;
     if (seq <= this.lastSeq || Date.now() - this.lastProgress < BEHIND_STALL_MS) return;
     this.log.report(`partition ${this.partition}: follower silent at ${this.lastSeq} for ${BEHIND_STALL_MS} ms while a read waits for ${seq}: new consumer`);
     this.restarts++;

@@ -72,6 +72,24 @@ export async function openOwnersBucket(nc: NatsConnection, bucket = OWNERS_BUCKE
   }
 }
 
+/**
+ * The KV client takes a timeout on put only: a get or delete would wait its default 5 s in a leader failover (a
+ * SIGTERM's release waits behind deleteMember). This gives up on it after KV_REQUEST_TIMEOUT_MS like a put's; the
+ * request itself may still land later, which changes nothing (a deleted key is deleted once).
+ */
+async function bounded<T>(what: string, request: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`${what}: timeout after ${KV_REQUEST_TIMEOUT_MS} ms`), { name: 'TimeoutError' })), KV_REQUEST_TIMEOUT_MS);
+  });
+  request.catch(() => {}); // a late failure after the timeout is nobody's to handle
+  try {
+    return await Promise.race([request, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function record(v: unknown): Record<string, unknown> | undefined {
   return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
 }
@@ -198,7 +216,7 @@ export class NatsLeaseStore implements LeaseStore {
   }
 
   async deleteMember(id: string): Promise<void> {
-    await this.#kv.delete(`member.${id}`);
+    await bounded(`delete member.${id}`, this.#kv.delete(`member.${id}`));
   }
 
   async casPart(partition: number, lease: PartLease, revision: number): Promise<CasResult> {
@@ -213,7 +231,7 @@ export class NatsLeaseStore implements LeaseStore {
   }
 
   async getPart(partition: number): Promise<{ lease: PartLease | undefined; revision: number } | undefined> {
-    const e = await this.#kv.get(`part.${partition}`);
+    const e = await bounded(`get part.${partition}`, this.#kv.get(`part.${partition}`));
     if (!e) return undefined;
     return { lease: e.operation === 'PUT' ? parseLease(parseJson(e)) : undefined, revision: e.revision };
   }
@@ -223,7 +241,7 @@ export class NatsLeaseStore implements LeaseStore {
   }
 
   async deleteReady(partition: number, id: string): Promise<void> {
-    await this.#kv.delete(`ready.${partition}.${id}`);
+    await bounded(`delete ready.${partition}.${id}`, this.#kv.delete(`ready.${partition}.${id}`));
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,8 @@
 import { createReadStream, createWriteStream, existsSync, mkdirSync, openSync, closeSync, readSync, fstatSync, renameSync, rmSync, appendFileSync, fsyncSync } from 'node:fs';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { Objm, type ObjectStore } from '@nats-io/obj';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { SnapshotData } from '../../core/snapshot.ts';
@@ -28,6 +29,26 @@ const TRAILER_MAGIC = Buffer.from('ABID');
 const MAX_BATCH_ID_BYTES = 1024;
 const SEQ_DIGITS = 16;
 const OBJECT_NAME = /^p(\d{2})\/(\d{16})$/;
+/**
+ * One object-store request of a partition's start (listing, object info, first chunk) gives up after this long,
+ * then is asked again: answered in ms normally, while the client's default 5 s, waited on in a stream leader
+ * failover, kept a partition's reads refused past the 10 s goal (issue 15t; like event-log.ts' LAST_SEQ_TIMEOUT_MS).
+ */
+export const LOAD_REQUEST_TIMEOUT_MS = 1_000;
+/** Pause between two attempts of such a request. */
+const LOAD_RETRY_MS = 250;
+/**
+ * With a usable local copy, the object store gets this long to name a newer snapshot; past it the local copy is
+ * taken (correct either way: the follower replays whatever the copy lacks, and the resume check still applies).
+ */
+export const LOCAL_FALLBACK_MS = 2_000;
+/**
+ * Without a local copy, loading keeps asking the object store this long (a leader failover lasts 4–7 s, CLUSTER.md
+ * §10), then gives up: the caller replays the partition from the stream.
+ */
+export const LOAD_DEADLINE_MS = 20_000;
+/** A download that delivers no chunk for this long has stalled (a chunk is 128 KiB, served in ms): asked again. */
+const DOWNLOAD_STALL_MS = 2_000;
 
 export function snapshotObjectName(partition: number, seq: number): string {
   return `p${String(partition).padStart(2, '0')}/${String(seq).padStart(SEQ_DIGITS, '0')}`;
@@ -57,6 +78,16 @@ export function readTrailer(file: string): string | undefined {
   }
 }
 
+/** Worth asking again: a timeout, no responders (no stream leader yet), a stalled download. */
+function isTransient(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'TimeoutError' || err.name === 'JetStreamNotEnabled' || err.name === 'NoResponders') return true;
+  return /timeout|timed out|temporarily unavailable|no responders|not enabled|stalled|disconnect|reconnect/i.test(err.message);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
 function localName(seq: number): string {
   return `snapshot-${String(seq).padStart(SEQ_DIGITS, '0')}.bin`;
 }
@@ -71,7 +102,11 @@ export class ObjectSnapshotStore implements SnapshotStore {
 
   private constructor(
     readonly os: ObjectStore,
-    bucket: string,
+    /** the same bucket with LOAD_REQUEST_TIMEOUT_MS on every request: loading only (writes keep the default) */
+    private readonly quickOs: ObjectStore,
+    /** JetStream API with LOAD_REQUEST_TIMEOUT_MS: the listing */
+    private readonly quickJsm: JetStreamManager,
+    private readonly bucket: string,
     cacheDir: string,
     private readonly log: (line: string) => void,
   ) {
@@ -82,7 +117,9 @@ export class ObjectSnapshotStore implements SnapshotStore {
   /** `bucket`: ResourceNames.snapshots (ensureResources created it); `cacheDir`: the node's data directory or below. */
   static async open(nc: NatsConnection, bucket: string, cacheDir: string, opts: ObjectSnapshotStoreOptions = {}): Promise<ObjectSnapshotStore> {
     const os = await new Objm(nc).open(bucket);
-    return new ObjectSnapshotStore(os, bucket, cacheDir, opts.log ?? (() => {}));
+    const quickOs = await new Objm(jetstream(nc, { timeout: LOAD_REQUEST_TIMEOUT_MS, checkAPI: false })).open(bucket, false);
+    const quickJsm = await jetstreamManager(nc, { timeout: LOAD_REQUEST_TIMEOUT_MS, checkAPI: false });
+    return new ObjectSnapshotStore(os, quickOs, quickJsm, bucket, cacheDir, opts.log ?? (() => {}));
   }
 
   /**
@@ -138,10 +175,57 @@ export class ObjectSnapshotStore implements SnapshotStore {
     }
   }
 
+  /**
+   * Sequences of the partition's objects, newest first, in one JetStream API request bounded by
+   * LOAD_REQUEST_TIMEOUT_MS (the object store's `list()` is a push consumer nothing bounds). It names objects by
+   * their meta subject, deleted ones included: those are older than the kept ones (prune), and a download of one
+   * finds it gone.
+   */
+  async listedSeqs(partition: number): Promise<number[]> {
+    const prefix = `$O.${this.bucket}.M.`;
+    const info = await this.quickJsm.streams.info(`OBJ_${this.bucket}`, { subjects_filter: `${prefix}>` });
+    const seqs: number[] = [];
+    for (const subject of Object.keys(info.state.subjects ?? {})) {
+      if (!subject.startsWith(prefix)) continue;
+      const m = OBJECT_NAME.exec(Buffer.from(subject.slice(prefix.length), 'base64url').toString('utf8'));
+      if (m && Number(m[1]) === partition) seqs.push(Number(m[2]));
+    }
+    return seqs.sort((x, y) => y - x);
+  }
+
+  /** `attempt` until it succeeds, a non-transient error, or `until` (performance.now() time); pauses LOAD_RETRY_MS. */
+  private async retry<T>(until: number, attempt: () => Promise<T>): Promise<T> {
+    for (;;) {
+      try {
+        return await attempt();
+      } catch (err) {
+        if (!isTransient(err) || performance.now() + LOAD_RETRY_MS >= until) throw err;
+        await sleep(LOAD_RETRY_MS);
+      }
+    }
+  }
+
+  /**
+   * The newest snapshot at or below `maxSeq` that reads whole: the local copy when it is that sequence, else a
+   * download. No JetStream request on the way waits longer than LOAD_REQUEST_TIMEOUT_MS; the object store's
+   * answers are awaited (asked again) for LOCAL_FALLBACK_MS when a local copy could be used instead, for
+   * LOAD_DEADLINE_MS when not. Any snapshot at or below the stream's end is a correct start (the follower replays
+   * the rest, and the caller's resume check applies), so falling back to an older local copy is only slower.
+   */
   async loadNewest(partition: number, maxSeq: number, onSkip: (name: string, why: string) => void): Promise<{ data: SnapshotData; lastBatchId?: string } | undefined> {
-    const remote = new Set(await this.objectSeqs(partition));
+    const started = performance.now();
+    const deadline = started + LOAD_DEADLINE_MS;
     const local = new Set<number>();
     for (const f of this.local(partition).files()) local.add(Number(/(\d{16})/.exec(f)![1]));
+    const localBelow = (seq: number) => [...local].some((s) => s < seq);
+    let remote: Set<number>;
+    try {
+      remote = new Set(await this.retry(localBelow(maxSeq + 1) ? Math.min(deadline, started + LOCAL_FALLBACK_MS) : deadline, () => this.listedSeqs(partition)));
+    } catch (err) {
+      if (!localBelow(maxSeq + 1)) throw err;
+      this.log(`partition ${partition}: the object store did not list snapshots in ${Math.round(performance.now() - started)} ms (${message(err)}); starting from the local copy`);
+      remote = new Set();
+    }
     const seqs = [...new Set([...remote, ...local])].sort((x, y) => y - x);
     for (const seq of seqs) {
       const name = snapshotObjectName(partition, seq);
@@ -160,11 +244,13 @@ export class ObjectSnapshotStore implements SnapshotStore {
       }
       if (!remote.has(seq)) continue;
       try {
-        await this.download(name, file);
+        // an older local copy to fall back on: the object store gets LOCAL_FALLBACK_MS for this one
+        await this.retry(localBelow(seq) ? Math.min(deadline, performance.now() + LOCAL_FALLBACK_MS) : deadline, () => this.download(name, file));
         return this.readLocal(file);
       } catch (err) {
-        onSkip(name, err instanceof Error ? err.message : String(err));
+        onSkip(name, message(err));
         rmSync(file, { force: true });
+        if (!localBelow(seq) && isTransient(err)) throw err; // not damaged, unreachable: nothing older is known to be whole
       }
     }
     return undefined;
@@ -176,18 +262,36 @@ export class ObjectSnapshotStore implements SnapshotStore {
     return lastBatchId === undefined ? { data } : { data, lastBatchId };
   }
 
-  /** Fetches an object into the cache (a temporary file renamed when whole: SnapshotFiles removes leftovers). */
+  /**
+   * Fetches an object into the cache (a temporary file renamed when whole: SnapshotFiles removes leftovers). Its
+   * requests are bounded by LOAD_REQUEST_TIMEOUT_MS, the transfer by DOWNLOAD_STALL_MS without a chunk.
+   */
   private async download(name: string, file: string): Promise<void> {
-    const r = await this.os.get(name);
+    const r = await this.quickOs.get(name);
     if (!r) throw new Error('gone from the object store');
+    const failed = Promise.resolve(r.error).catch((err: unknown) => err); // settles whatever happens below
     mkdirSync(path.dirname(file), { recursive: true });
     const tmp = `${file}.tmp`;
+    const source = Readable.fromWeb(r.data as import('node:stream/web').ReadableStream<Uint8Array>);
+    let timer: NodeJS.Timeout | undefined;
+    const watch = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => source.destroy(new Error(`download of ${name} stalled: no chunk for ${DOWNLOAD_STALL_MS} ms`)), DOWNLOAD_STALL_MS);
+    };
+    const progress = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        watch();
+        done(null, chunk);
+      },
+    });
     try {
-      await pipeline(Readable.fromWeb(r.data as import('node:stream/web').ReadableStream<Uint8Array>), createWriteStream(tmp, { mode: 0o600 }) as Writable);
-      const err = await r.error;
+      watch();
+      await pipeline(source, progress, createWriteStream(tmp, { mode: 0o600 }) as Writable);
+      const err = await failed;
       if (err) throw err;
       renameSync(tmp, file);
     } finally {
+      clearTimeout(timer);
       if (existsSync(tmp)) rmSync(tmp, { force: true });
     }
   }
