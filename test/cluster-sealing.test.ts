@@ -4,10 +4,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { connect } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
+import { AnalyticsState, apply } from '../src/core/state.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+import { Sealer } from '../src/engine/sealer.ts';
+import { ensureResources } from '../src/store/nats/resources.ts';
+import { KvSealedStore } from '../src/store/nats/sealed.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject } from './helpers.ts';
-import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+import { clusterNodeEnv, startNatsCluster, TEST_STREAM_BYTES, type NatsCluster } from './nats-cluster.ts';
 
 /**
  * Sealing in cluster mode: days whose window closed leave every node's heap and partition snapshots for the shared
@@ -81,7 +87,7 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   const ps = await createProject(single.url, adminKey, { name: 'history' });
 
   const t0 = clock;
-  const events = [];
+  const events: Array<{ event: string; url: string; referrer?: string; sessionId: string; timestamp: string; eventId: string }> = [];
   for (let d = HISTORY_DAYS; d >= 0; d--) {
     for (let i = 0; i < 12; i++) {
       events.push({
@@ -146,4 +152,78 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   await sameAsSingle(c, 'a new node c');
   assert.ok(c.engine.stats().liveDays <= 1, `node c restored ${c.engine.stats().liveDays} live days from the snapshot`);
   assert.ok(c.engine.stats().sealedDays > HISTORY_DAYS, 'node c mirrored the sealed days');
+});
+
+function visit(day: string, page: string, rt: number, p = 'p'): StoredEvent {
+  return {
+    t: 'e', p, ts: Date.parse(`${day}T12:00:00Z`), rt, day, event: 'page_view', url: page, path: page,
+    referrer: '', source: 'Direct', sessionId: page, user: `s:${page}`, country: 'DE', device: 'desktop', params: {},
+  };
+}
+
+test('the sealed-rows bucket: a day too big for a message stays live while the rest is sealed; a new copy mirrors the rows, a restarted one resumes, an erasure reaches both', async () => {
+  const nc = await connect({ servers: cluster.urls });
+  const stores: KvSealedStore[] = [];
+  try {
+    const res = await ensureResources(nc, { tag: `r${process.pid}`, maxStreamBytes: TEST_STREAM_BYTES });
+    const dir = () => {
+      const d = mkdtempSync(path.join(tmpdir(), 'sealed-rows-'));
+      dirs.push(d);
+      return d;
+    };
+    const logs: string[] = [];
+    const open = async (at: string) => {
+      const s = await KvSealedStore.open(res.sealed, res.names.sealed, at, { log: (l) => logs.push(l), maxRowBytes: 4096 });
+      stores.push(s);
+      return s;
+    };
+    const dirA = dir();
+    const a = await open(dirA);
+    const state = new AnalyticsState();
+    let seq = 0;
+    const days = ['2026-01-05', '2026-01-06', '2026-01-07'];
+    for (const day of days) for (let i = 0; i < 5; i++) apply(state, ++seq, visit(day, `/p${i}`, Date.parse('2026-01-08T00:00:00Z')));
+    // 2026-01-06 gets 200 distinct long pages: its row is well over the 4 KiB bound of this test
+    for (let i = 0; i < 200; i++) apply(state, ++seq, visit('2026-01-06', `/${randomBytes(30).toString('hex')}`, Date.parse('2026-01-08T00:00:00Z')));
+    apply(state, ++seq, visit('2026-03-10', '/later', Date.parse('2026-03-10T12:00:00Z'))); // every January day is now sealable
+    const sealer = new Sealer(state, a, (l) => logs.push(l));
+    sealer.kick();
+    await sealer.idle();
+    const live = [...state.projects.get('p')!.days.keys()].sort();
+    assert.deepEqual(live, ['2026-01-06', '2026-03-10'], 'the oversized day stays live, the others were sealed');
+    assert.ok(logs.some((l) => l.startsWith('ALERT') && l.includes('2026-01-06')), 'the operator is told');
+    assert.deepEqual(a.days('p', '2026-01-01', '2026-01-31').map((s) => s.date), ['2026-01-05', '2026-01-07']);
+    assert.ok(a.month('p', '2026-01'), 'January is over and its rollup stored');
+
+    // A node with an empty directory mirrors the bucket; one restarted resumes after what it applied.
+    const b = await open(dir());
+    await b.caughtUp();
+    assert.deepEqual(b.days('p', '2026-01-01', '2026-01-31').map((s) => s.date), ['2026-01-05', '2026-01-07']);
+    assert.deepEqual(b.readDays('p', '2026-01-05', '2026-01-05'), a.readDays('p', '2026-01-05', '2026-01-05'), 'the same rows on both copies');
+    await a.close();
+    stores.splice(stores.indexOf(a), 1);
+    // written while a is down: another project's day
+    const other = new AnalyticsState();
+    apply(other, 1, visit('2026-01-09', '/x', 0, 'q'));
+    apply(other, 2, visit('2026-03-10', '/later', Date.parse('2026-03-10T12:00:00Z'), 'q'));
+    const s2 = new Sealer(other, b, (l) => logs.push(l));
+    s2.kick();
+    await s2.idle();
+    const a2 = await open(dirA);
+    await a2.caughtUp();
+    assert.equal(a2.days('q', '2026-01-09', '2026-01-09').length, 1, 'the restarted copy caught up with what it missed');
+
+    // Erasure: every row of p purged from the bucket, and both copies drop them.
+    const purged = await b.eraseProject('p');
+    assert.ok(purged >= 3, `purged ${purged} rows`);
+    await a2.caughtUp();
+    for (const s of [a2, b]) {
+      assert.equal(s.days('p', '2026-01-01', '2026-01-31').length, 0);
+      assert.equal(s.month('p', '2026-01'), undefined);
+      assert.equal(s.days('q', '2026-01-09', '2026-01-09').length, 1, 'another project is untouched');
+    }
+  } finally {
+    for (const s of stores) await s.close();
+    await nc.close();
+  }
 });

@@ -1,7 +1,7 @@
 import { rollupMonth, sealDay, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
 import { monthEnd } from '../core/sealed-source.ts';
 import { dropSealed, sealAt, takeSealQueue, type AnalyticsState, type SealRequest } from '../core/state.ts';
-import type { SealedWrite } from '../store/sealed-store.ts';
+import { UnsealableDays, unsealableKey, type SealedWrite } from '../store/sealed-store.ts';
 
 /**
  * Writes the days the reducer hands over (their window has closed) to the sealed store, with the rollup of every
@@ -48,9 +48,17 @@ export class Sealer {
     while (this.state.sealQueue.length > 0) {
       const queue = takeSealQueue(this.state);
       for (let i = 0; i < queue.length; i += SEAL_BATCH) {
-        const batch = queue.slice(i, i + SEAL_BATCH);
+        let batch = queue.slice(i, i + SEAL_BATCH);
         try {
-          await this.sealBatch(batch);
+          try {
+            await this.sealBatch(batch);
+          } catch (err) {
+            if (!(err instanceof UnsealableDays)) throw err;
+            // Kept live for good (still flagged as handed over, so never queued again); the rest is written.
+            this.log(`ALERT ${err.message}: kept live (${[...err.days].map((k) => k.replaceAll('\u0000', ' ')).join(', ')})`);
+            batch = batch.filter((r) => !err.days.has(unsealableKey(r.projectId, r.day.day, r.day.firstSeq)));
+            await this.sealBatch(batch);
+          }
         } catch (err) {
           // Not written: hand every day back so the next check queues it again.
           for (const r of queue.slice(i)) r.day.sealing = false;

@@ -38,6 +38,25 @@ function decode<T extends SealedDay | SealedMonth>(stored: Omit<T, 'userHashes' 
   return out;
 }
 
+/**
+ * Days whose sealed form cannot be stored (cluster mode: a row bigger than a stream message). Nothing of the write was
+ * stored; the sealer keeps these days live for good and writes the rest.
+ */
+export class UnsealableDays extends Error {
+  constructor(
+    message: string,
+    /** `${projectId}\u0000${date}\u0000${firstSeq}` of each day */
+    readonly days: ReadonlySet<string>,
+  ) {
+    super(message);
+    this.name = 'UnsealableDays';
+  }
+}
+
+export function unsealableKey(projectId: string, date: string, firstSeq: number): string {
+  return `${projectId}\u0000${date}\u0000${firstSeq}`;
+}
+
 export interface SealedWrite {
   days: Array<{ projectId: string; day: SealedDay }>;
   months: Array<{ projectId: string; month: SealedMonth }>;

@@ -7,6 +7,13 @@ import type { KV, KvEntry } from '@nats-io/kv';
  * by themselves), resuming after the last applied revision.
  */
 
+/**
+ * NO_PURGE: remove keys of a mirrored bucket with `kv.delete`, never `kv.purge`. On 2.9.10 a purge marker carries a
+ * subject rollup, and a watch (push consumer) did not deliver purge markers published at the same moment (3 parallel
+ * purges: only the last arrived; test/cluster-sealing.test.ts), so a mirror would keep a revoked key or an erased row.
+ * Deletes arrive every time, and with history 1 a delete marker replaces the value just as a purge does.
+ */
+
 /** How often the mirror is compared with the bucket's last revision. */
 const MIRROR_CHECK_MS = 2_000;
 /** The mirror behind the bucket and silent this long: a fresh watch from the last applied revision. */

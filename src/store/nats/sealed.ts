@@ -7,7 +7,7 @@ import { open, type Database, type RootDatabase } from 'lmdb';
 import type { RangePart } from '../../core/day-view.ts';
 import { SEALED_VERSION, type SealedDay, type SealedMonth } from '../../core/sealed-day.ts';
 import type { SealedLookup, SealedSegment } from '../../core/sealed-source.ts';
-import { SealedStore, type SealedWrite } from '../sealed-store.ts';
+import { SealedStore, UnsealableDays, unsealableKey, type SealedWrite } from '../sealed-store.ts';
 import { idOfToken, idToken } from './catalog.ts';
 import { KvMirror } from './kv-mirror.ts';
 import { MAX_MESSAGE_BYTES } from './resources.ts';
@@ -35,9 +35,6 @@ const MAX_PARALLEL_PUTS = 64;
 /** Leave room for the message headers under the servers' max_payload. */
 const MAX_ROW_BYTES = MAX_MESSAGE_BYTES - 4096;
 const META_APPLIED = 'applied';
-
-/** A sealed row bigger than a stream message: the day stays live (and is retried), nothing is lost. */
-export class SealedRowTooLarge extends Error {}
 
 export function dayRowKey(projectId: string, date: string, firstSeq: number): string {
   return `${idToken(projectId)}.d.${date}.${firstSeq}`;
@@ -79,6 +76,8 @@ export function decodeRow<T extends SealedDay | SealedMonth>(bytes: Uint8Array):
 
 export interface KvSealedStoreOptions {
   log: (line: string) => void;
+  /** tests: a smaller bound than a message (MAX_ROW_BYTES) */
+  maxRowBytes?: number;
 }
 
 export class KvSealedStore implements SealedLookup {
@@ -90,6 +89,7 @@ export class KvSealedStore implements SealedLookup {
     private readonly meta: Database<number, string>,
     readonly local: SealedStore,
     private readonly log: (line: string) => void,
+    private readonly maxRowBytes: number,
   ) {}
 
   /** Opens the local copy and starts mirroring the bucket (from where the copy left off). */
@@ -97,7 +97,7 @@ export class KvSealedStore implements SealedLookup {
     mkdirSync(dataDir, { recursive: true });
     const root = open({ path: path.join(dataDir, `${bucket}.mdb`), noSubdir: true, maxDbs: 4, mapSize: 2 ** 40 });
     const meta = root.openDB<number, string>({ name: 'mirror' });
-    const s = new KvSealedStore(kv, root, meta, new SealedStore(root), o.log);
+    const s = new KvSealedStore(kv, root, meta, new SealedStore(root), o.log, o.maxRowBytes ?? MAX_ROW_BYTES);
     try {
       s.mirror = await KvMirror.open(kv, { name: 'sealed-rows mirror', apply: (e) => s.apply(e), log: o.log, after: meta.get(META_APPLIED) ?? 0 });
     } catch (err) {
@@ -127,23 +127,33 @@ export class KvSealedStore implements SealedLookup {
   }
 
   /** Resolves once every row the bucket holds now is in the local copy (a partition start waits for it). */
-  caughtUp(): Promise<void> {
-    return this.mirror.caughtUp();
+  async caughtUp(): Promise<void> {
+    await this.mirror.caughtUp();
+    await this.local.flushed(); // applied rows are queued writes: readable once committed
   }
 
   /**
    * Puts the rows into the bucket, then into the local copy; resolves once both hold them (the sealer then drops the
-   * days). A row too big for a message rejects (SealedRowTooLarge) before anything is put.
+   * days). A day whose row is too big for a message rejects the write (UnsealableDays) before anything is put: it stays
+   * live. A month rollup too big is left out: reads of that month then merge its days.
    */
   async write(w: SealedWrite): Promise<void> {
     const rows: Array<[string, Uint8Array]> = [];
-    for (const { projectId, day } of w.days) rows.push([dayRowKey(projectId, day.date, day.firstSeq), encodeRow(day)]);
-    for (const { projectId, month } of w.months) rows.push([monthRowKey(projectId, month.month), encodeRow(month)]);
-    for (const [key, bytes] of rows) {
-      if (bytes.length > MAX_ROW_BYTES) throw new SealedRowTooLarge(`sealed row ${key} is ${bytes.length} bytes, more than a message holds (${MAX_ROW_BYTES})`);
+    const tooLarge = new Set<string>();
+    for (const { projectId, day } of w.days) {
+      const bytes = encodeRow(day);
+      if (bytes.length > this.maxRowBytes) tooLarge.add(unsealableKey(projectId, day.date, day.firstSeq));
+      rows.push([dayRowKey(projectId, day.date, day.firstSeq), bytes]);
     }
+    if (tooLarge.size > 0) throw new UnsealableDays(`${tooLarge.size} sealed day(s) larger than a message (${this.maxRowBytes} bytes)`, tooLarge);
+    const months = w.months.filter(({ projectId, month }) => {
+      const bytes = encodeRow(month);
+      if (bytes.length <= this.maxRowBytes) rows.push([monthRowKey(projectId, month.month), bytes]);
+      else this.log(`sealed rollup ${monthRowKey(projectId, month.month)} is ${bytes.length} bytes, more than a message: not stored (reads merge its days)`);
+      return bytes.length <= this.maxRowBytes;
+    });
     await inParallel(rows, MAX_PARALLEL_PUTS, ([key, bytes]) => this.kv.put(key, bytes));
-    await this.local.write(w);
+    await this.local.write({ days: w.days, months });
   }
 
   /** Every sealed segment of a project's days in [from, to], from the local copy (month rollups). */
@@ -169,11 +179,11 @@ export class KvSealedStore implements SealedLookup {
     await this.local.flushed();
   }
 
-  /** Purges every row of a project from the bucket (each leaves a purge marker the mirrors apply) and the local copy. */
+  /** Deletes every row of a project from the bucket (each leaves a delete marker the mirrors apply) and the local copy. */
   async eraseProject(projectId: string): Promise<number> {
     const keys: string[] = [];
     for await (const k of await this.kv.keys(`${idToken(projectId)}.>`)) keys.push(k);
-    await inParallel(keys, MAX_PARALLEL_PUTS, (k) => this.kv.purge(k));
+    await inParallel(keys, MAX_PARALLEL_PUTS, (k) => this.kv.delete(k)); // not purge: NO_PURGE in kv-mirror.ts
     await this.removeLocal(projectId);
     return keys.length;
   }
