@@ -8,6 +8,7 @@ import { connect } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
+import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
 import { Sealer } from '../src/engine/sealer.ts';
 import { ensureResources } from '../src/store/nats/resources.ts';
 import { KvSealedStore } from '../src/store/nats/sealed.ts';
@@ -85,6 +86,10 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   running.push(single);
   const pc = await createProject(a.url, adminKey, { name: 'history' });
   const ps = await createProject(single.url, adminKey, { name: 'history' });
+  const backendOf = (svc: RunningService) => (svc.engine as unknown as { backend: ClusterBackend }).backend;
+  // A quiet project in another partition: it gets history and then no event at all, so only a clock tick seals it.
+  let quiet = await createProject(a.url, adminKey, { name: 'quiet' });
+  while (backendOf(a).partitionOfProject(quiet.project.id) === backendOf(a).partitionOfProject(pc.project.id)) quiet = await createProject(a.url, adminKey, { name: 'quiet' });
 
   const t0 = clock;
   const events: Array<{ event: string; url: string; referrer?: string; sessionId: string; timestamp: string; eventId: string }> = [];
@@ -107,6 +112,7 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
     }
   };
   for (let i = 0; i < events.length; i += 100) await send(events.slice(i, i + 100));
+  for (let i = 0; i < events.length; i += 100) assert.equal((await api(a.url, '/analytics', { key: quiet.keys.secret, body: { events: events.slice(i, i + 100) } })).status, 200);
   // Forty days on: one more event, and every day of the history is past its seal time.
   clock += 40 * DAY_MS;
   await send([{ event: 'page_view', url: 'https://site.example/', sessionId: 'later', timestamp: new Date(clock - 60_000).toISOString(), eventId: 'ev-later' }]);
@@ -136,10 +142,21 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   // copies hold the sealed ones.
   await sameAsSingle(a, 'node a');
   await sameAsSingle(b, 'node b');
-  await Promise.all([a.engine.sealingIdle(), b.engine.sealingIdle()]);
+  // The quiet partition's lease holder ticks its clock (its timer does so within a minute of an hour's silence).
+  await Promise.all([backendOf(a).tickIdle(), backendOf(b).tickIdle()]);
+  const quietRange = await waitFor('the quiet project sealed', async () => {
+    await Promise.all([a.engine.sealingIdle(), b.engine.sealingIdle()]);
+    return a.engine.stats().liveDays + b.engine.stats().liveDays <= 2 ? true : undefined;
+  }, 10_000);
+  assert.equal(quietRange, true);
   const live = a.engine.stats().liveDays + b.engine.stats().liveDays;
-  await waitFor('both copies hold the sealed days', async () => (a.engine.stats().sealedDays > HISTORY_DAYS && b.engine.stats().sealedDays > HISTORY_DAYS ? true : undefined), 10_000);
+  await waitFor('both copies hold the sealed days', async () => (a.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) && b.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) ? true : undefined), 10_000);
   assert.ok(live <= 2, `live days after sealing: ${live} (owner and standby hold only the one recent day)`);
+  for (const i of [1, 2]) {
+    // the quiet project got the same history, and not the later event: old ranges answer as the single node's
+    const got = await api(a.url, `/metrics?${queries[i]}`, { key: quiet.keys.secret });
+    assert.deepEqual(comparable(got.body), comparable(want[i]!.body), `the quiet project, sealed by a clock tick, answers ${queries[i]}`);
+  }
 
   // Snapshots are written without the sealed days; then both nodes go, and a node with an empty data directory
   // restores that snapshot and takes the sealed days from the bucket.

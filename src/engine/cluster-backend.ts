@@ -46,6 +46,13 @@ const START_RETRY_MS = 1_000;
  * 503 reason (and retries) instead of a bare timeout racing the owner's answer.
  */
 const FORWARD_REPLY_MARGIN_MS = 500;
+/**
+ * A partition whose newest folded receive time is this far behind the clock gets a clock tick from its lease holder
+ * (a ClockRecord message), so its closed days are sealed although no event arrives: sealing is an hour late at most.
+ */
+const TICK_IDLE_MS = 3_600_000;
+/** How often lease holders look for idle partitions. */
+const TICK_CHECK_MS = 60_000;
 /** Look for in-flight batches to forget this often (see INFLIGHT_FORGET_MS). */
 const INFLIGHT_SWEEP_MS = 60_000;
 /** Owners publish changed monthly usage this often (CLUSTER.md §8: quota enforced within ~1–2 s). */
@@ -574,6 +581,21 @@ export class ClusterBackend implements Backend {
       }
     });
     if (this.fold === 'owner') every(USAGE_PUBLISH_MS, () => this.publishUsage());
+    every(TICK_CHECK_MS, () => this.tickIdle());
+  }
+
+  /**
+   * The lease holder of a partition with state whose newest folded receive time is TICK_IDLE_MS behind the clock
+   * appends a clock tick: every node folding the partition then seals the days that closed meanwhile, in log order.
+   * Tests and benches call it after moving the clock.
+   */
+  async tickIdle(): Promise<void> {
+    const now = this.now();
+    for (const p of this.parts) {
+      if (!p.writer || !p.active || !p.caughtUp || p.state.projects.size === 0 || now - p.state.maxRt < TICK_IDLE_MS) continue;
+      if (this.fold === 'owner' && this.ownership?.serves(p.n) !== true) continue;
+      await this.cp.log.append(p.n, [{ t: 'k', rt: now }], `k:${p.n}:${now}`).catch((err: unknown) => this.log(`partition ${p.n}: clock tick failed: ${err instanceof Error ? err.message : String(err)}`));
+    }
   }
 
   /** Owners publish each project's monthly count when it changed, for projects with a quota (CLUSTER.md §8). */
