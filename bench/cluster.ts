@@ -17,6 +17,7 @@ import type { Progress } from './lib/progress.ts';
 import type { LoadResult, LoadSpec } from './load/load-worker.ts';
 import type { Row } from './report.ts';
 import { storedEvents, USER_AGENTS, wireEvents } from './state/generate-events.ts';
+import { HISTORY_FULL, HISTORY_QUICK, runClusterHistory, type HistoryParams, type HistoryResults } from './cluster-history.ts';
 
 /**
  * `npm run bench -- --cluster` (CLUSTER.md §11 "Bench"): a real 3-server nats-server cluster on loopback, two cluster
@@ -40,10 +41,12 @@ export interface ClusterParams {
   kills: number;
   /** sequential reads for the read latencies */
   reads: number;
+  /** sealing with history (cluster-history.ts) */
+  history: HistoryParams;
 }
 
-export const CLUSTER_QUICK: ClusterParams = { sequential: 300, pubMs: 1500, warmupMs: 500, roundMs: 1500, rounds: 2, replayEvents: 200_000, kills: 2, reads: 200 };
-export const CLUSTER_FULL: ClusterParams = { sequential: 2000, pubMs: 5000, warmupMs: 2000, roundMs: 4000, rounds: 4, replayEvents: 1_000_000, kills: 5, reads: 1000 };
+export const CLUSTER_QUICK: ClusterParams = { sequential: 300, pubMs: 1500, warmupMs: 500, roundMs: 1500, rounds: 2, replayEvents: 200_000, kills: 2, reads: 200, history: HISTORY_QUICK };
+export const CLUSTER_FULL: ClusterParams = { sequential: 2000, pubMs: 5000, warmupMs: 2000, roundMs: 4000, rounds: 4, replayEvents: 1_000_000, kills: 5, reads: 1000, history: HISTORY_FULL };
 
 /** HTTP load: as the single-node ingest bench (bench/ingest.ts), so the two are comparable. */
 const CONNECTIONS = 32;
@@ -92,6 +95,7 @@ export interface ClusterResults {
   kills: { stallsMs: number[]; medianMs: number; maxMs: number; electionMs: number[]; lastSeqsAgree: boolean; lastSeqs: Array<number | undefined> };
   reads: { single: LatencySummary; cluster: LatencySummary; forwardTransport: LatencySummary; answerBytes: number };
   rss: Record<string, number>;
+  history: HistoryResults;
   notes: string[];
 }
 
@@ -618,6 +622,9 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
     progress.next(`stream-leader kills: ${p.kills}, under ${KILL_APPENDERS} appenders`);
     const kills = await benchKills(cluster, p, progress, notes);
 
+    progress.next(`history: ${p.history.projects} projects × ${p.history.days} days, all live, then sealed (in-process node, moved clock)`);
+    const history = await runClusterHistory(cluster, tmp, p.history, progress);
+
     return {
       pubAck,
       http,
@@ -628,6 +635,7 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
       kills,
       reads: { single: singleReads.latency, cluster: clusterReads.latency, forwardTransport: forward, answerBytes: singleReads.bytes },
       rss,
+      history,
       notes,
     };
   } finally {
@@ -682,6 +690,12 @@ export function clusterRows(r: ClusterResults): Row[] {
   rows.push({ id: 'cluster.read.barrier', what: 'GET /metrics, cluster node b (before the owner phase; owner or forwarded): p50 / p99', value: `${ms(r.reads.cluster.p50)} / ${ms(r.reads.cluster.p99)}`, num: r.reads.cluster.p99 });
   rows.push({ id: 'cluster.read.forward', what: `Forwarded read transport (ReadRpc request/reply, a ${fmt(r.reads.answerBytes)} B answer): p50 / p99`, value: `${ms(r.reads.forwardTransport.p50)} / ${ms(r.reads.forwardTransport.p99)}`, num: r.reads.forwardTransport.p99 });
   rows.push({ id: 'cluster.rss', what: 'RSS per process', value: Object.entries(r.rss).map(([n, b]) => `${n} ${mib(b)}`).join(', ') });
+  const hs = r.history;
+  const of = `${fmt(hs.live.liveDays)} project-days (${fmt(hs.events)} events)`;
+  rows.push({ id: 'cluster.history.heap', what: `History of ${of}: heap after GC, every day live (as before sealing) → closed days sealed`, value: `${mib(hs.live.heapBytes)} → ${mib(hs.sealed.heapBytes)} (${fmt((hs.live.heapBytes - hs.sealed.heapBytes) / Math.max(1, hs.live.liveDays - hs.sealed.liveDays))} B per sealed day)`, num: hs.sealed.heapBytes, ratio: hs.sealed.heapBytes / hs.live.heapBytes, ref: 'all live' });
+  rows.push({ id: 'cluster.history.snapshot', what: `History of ${of}: newest partition snapshots, all live → sealed (${fmt(hs.sealed.liveDays)} live days left)`, value: `${mib(hs.live.snapshotBytes)} → ${mib(hs.sealed.snapshotBytes)}`, num: hs.sealed.snapshotBytes, ratio: hs.sealed.snapshotBytes / hs.live.snapshotBytes, ref: 'all live' });
+  rows.push({ id: 'cluster.history.seal', what: `History of ${of}: sealing after a clock tick (rows into analytics_sealed_v1 and the local copy)`, value: `${fmt(hs.sealed.sealSeconds, 1)} s`, num: hs.sealed.sealSeconds });
+  rows.push({ id: 'cluster.history.freshNode', what: `History of ${of}: a node with an empty data directory, until it answers the whole range as the first (mirror + snapshot restore)`, value: `${fmt(hs.freshNode.seconds, 1)} s (${fmt(hs.freshNode.sealedDays)} sealed days mirrored, ${fmt(hs.freshNode.liveDays)} live)`, num: hs.freshNode.seconds });
   return rows;
 }
 

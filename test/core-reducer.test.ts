@@ -125,3 +125,29 @@ describe('the reducer', () => {
     }
   });
 });
+
+test('a clock record moves only the fold clock: the same figures, and days whose window closed are handed over for sealing', () => {
+  fc.assert(
+    fc.property(fc.array(eventArb, { minLength: 1, maxLength: 60 }), (events) => {
+      const plain = new AnalyticsState();
+      const ticked = new AnalyticsState();
+      events.forEach((e, i) => {
+        apply(plain, i + 1, e);
+        apply(ticked, i + 1, e);
+      });
+      const rt = ticked.maxRt;
+      apply(ticked, events.length + 1, { t: 'k', rt: rt - 1 }); // a clock behind changes nothing
+      assert.equal(ticked.maxRt, rt);
+      assert.equal(ticked.sealQueue.length, 0);
+      for (const p of PROJECTS) assert.deepEqual(metrics(ticked, p, 'UTC', DAYS[0]!, DAYS[2]!), metrics(plain, p, 'UTC', DAYS[0]!, DAYS[2]!));
+      apply(ticked, events.length + 2, { t: 'k', rt: Date.parse('2027-01-01T00:00:00Z') });
+      assert.equal(ticked.lastSeq, events.length + 2);
+      const queued = new Set(ticked.sealQueue.map((r) => `${r.projectId} ${r.day.day}`));
+      const live = new Set<string>();
+      for (const [id, p] of ticked.projects) for (const d of p.days.keys()) live.add(`${id} ${d}`);
+      assert.deepEqual(queued, live, 'every live day is handed over once the clock passed its window');
+      for (const p of PROJECTS) assert.deepEqual(metrics(ticked, p, 'UTC', DAYS[0]!, DAYS[2]!), metrics(plain, p, 'UTC', DAYS[0]!, DAYS[2]!));
+    }),
+    { numRuns: 50 },
+  );
+});

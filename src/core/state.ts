@@ -4,7 +4,7 @@ import { hash53 } from './hash.ts';
 import { DEDUP_PRUNE_MARGIN_MS, DEDUP_WINDOW_MS, LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
-import type { LogRecord, StoredEvent } from './types.ts';
+import type { BotRecord, FoldRecord, StoredEvent } from './types.ts';
 
 /** Everything known about one project, all derivable from its log records. */
 export class ProjectState {
@@ -81,11 +81,22 @@ export function sealAt(day: string): number {
  * record, so folding the log always gives the same state as the live path did. Days whose window closed (judged by
  * the records' receive times) are queued in `sealQueue`.
  */
-export function apply(state: AnalyticsState, seq: number, record: LogRecord): void {
+export function apply(state: AnalyticsState, seq: number, record: FoldRecord): void {
   if (record.t === 'x') {
     state.lastSeq = seq; // erased: nothing to fold
     return;
   }
+  if (record.t === 'k') {
+    if (record.rt > state.maxRt) state.maxRt = record.rt; // the clock moves: maybe days to seal, minutes to prune
+  } else {
+    foldRecord(state, seq, record);
+  }
+  state.lastSeq = seq;
+  if (state.maxRt >= state.nextSealCheck) collectSealable(state);
+  if (state.maxRt >= state.nextRealtimePrune) pruneRealtime(state);
+}
+
+function foldRecord(state: AnalyticsState, seq: number, record: StoredEvent | BotRecord): void {
   const p = state.project(record.p);
   if (record.rt > state.maxRt) state.maxRt = record.rt;
   switch (record.t) {
@@ -100,9 +111,6 @@ export function apply(state: AnalyticsState, seq: number, record: LogRecord): vo
       throw new Error(`unknown log record ${JSON.stringify(never)}`);
     }
   }
-  state.lastSeq = seq;
-  if (state.maxRt >= state.nextSealCheck) collectSealable(state);
-  if (state.maxRt >= state.nextRealtimePrune) pruneRealtime(state);
 }
 
 /**
@@ -129,7 +137,7 @@ export function isDuplicate(state: AnalyticsState, projectId: string, eventId: s
  * a new owner and every node reach the same state. A skipped record changes nothing else (not even maxRt), so folding
  * a log with repeats equals folding it with the repeats removed.
  */
-export function applyOnce(state: AnalyticsState, seq: number, record: LogRecord): boolean {
+export function applyOnce(state: AnalyticsState, seq: number, record: FoldRecord): boolean {
   if (record.t !== 'e' || record.eventId === undefined) {
     apply(state, seq, record);
     return true;

@@ -70,7 +70,20 @@ export interface ErasedRecord {
   t: 'x';
 }
 
+/**
+ * Cluster mode: the receive clock of a partition that had no event for a while, written to its stream by the
+ * partition's lease holder, so its closed days are sealed in log order like everywhere else (sealing follows the
+ * records' receive times, and an idle partition would otherwise keep its days live for good).
+ */
+export interface ClockRecord {
+  t: 'k';
+  rt: number;
+}
+
 export type LogRecord = StoredEvent | BotRecord | ErasedRecord;
+
+/** What a fold takes: the log's records, and in cluster mode also clock ticks. */
+export type FoldRecord = LogRecord | ClockRecord;
 
 export interface RecentEvent {
   ts: number;

@@ -1,18 +1,22 @@
 import type { ClusterConfig, Config } from '../config.ts';
 import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
-import { AnalyticsState, applyOnce, collectSealable, isDuplicate, pruneEventIds, storedThisMonth, takeSealQueue } from '../core/state.ts';
+import type { SealedSource } from '../core/day-view.ts';
+import { sealedSource } from '../core/sealed-source.ts';
+import { AnalyticsState, applyOnce, collectSealable, isDuplicate, pruneEventIds, storedThisMonth } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/log-store.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
 import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
+import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from './backend.ts';
 import { hashKey, keyHint } from './keys.ts';
 import { Ownership } from './ownership.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
+import { Sealer } from './sealer.ts';
 
 /**
  * Cluster mode (CLUSTER.md), StreamFold: ingest publishes the batch as one message to its partition and acknowledges
@@ -24,9 +28,11 @@ import { answerRead, type ReadQuery } from './read-query.ts';
  * node folds every partition and answers reads locally; the leases only elect each partition's snapshot writer.
  * Either way a read waits behind a read barrier, so a read after a 200 sees that event, as on one node.
  *
- * Sealed days: in cluster mode days stay live (no node-local sealed store), so a partition snapshot holds everything
- * a node restoring it needs. The cost: the heap grows with project-days of history (README "Cluster mode"), divided
- * over the owners in ownership mode.
+ * Sealed days, as on one node: a day whose window closed is sealed and dropped from the heap, so memory and partition
+ * snapshots follow the live days, not history. Every node folding a partition seals it (deterministic in log order)
+ * into the shared sealed-rows bucket first and its local copy of it second (store/nats/sealed.ts), then drops the day;
+ * a partition start restores the snapshot, then waits until its copy holds every row the bucket holds, so the days
+ * that snapshot no longer carries are there before the partition serves a read.
  */
 
 /** CLUSTER.md §6: a read waits at most this long for the fold to reach the stream's end, then answers 503. */
@@ -40,8 +46,15 @@ const START_RETRY_MS = 1_000;
  * 503 reason (and retries) instead of a bare timeout racing the owner's answer.
  */
 const FORWARD_REPLY_MARGIN_MS = 500;
-/** Drop the reducer's seal queue this often: cluster days stay live (nothing to write), the queue must not grow. */
-const SEAL_QUEUE_DRAIN_MS = 60_000;
+/**
+ * A partition whose newest folded receive time is this far behind the clock gets a clock tick from its lease holder
+ * (a ClockRecord message), so its closed days are sealed although no event arrives: sealing is an hour late at most.
+ */
+const TICK_IDLE_MS = 3_600_000;
+/** How often lease holders look for idle partitions. */
+const TICK_CHECK_MS = 60_000;
+/** Look for in-flight batches to forget this often (see INFLIGHT_FORGET_MS). */
+const INFLIGHT_SWEEP_MS = 60_000;
 /** Owners publish changed monthly usage this often (CLUSTER.md §8: quota enforced within ~1–2 s). */
 const USAGE_PUBLISH_MS = 1_000;
 /**
@@ -69,6 +82,8 @@ export interface ClusterParts {
    */
   resumeRefusal(seq: number, batchId: string | undefined): Promise<string | undefined>;
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
+  /** sealed days and month rollups: the shared bucket and this node's copy of it */
+  sealed: Pick<KvSealedStore, 'caughtUp' | 'write' | 'readDays' | 'month' | 'days' | 'dayCount' | 'removeLocal' | 'eraseProject'>;
   /** closes what the parts hold (connections) after the backend stopped using them */
   close(): Promise<void>;
 }
@@ -85,6 +100,8 @@ export interface ClusterBackendOptions {
 /** One partition's fold. */
 class Partition {
   state = new AnalyticsState();
+  /** writes this state's closed days (a new one with every new state) */
+  sealer: Sealer | undefined;
   follower: Follower | undefined;
   /** folding (owner mode: owned or standby; all: always) */
   active = false;
@@ -131,6 +148,7 @@ export class ClusterBackend implements Backend {
   private readonly inflightIds = new Map<string, Map<string, number>>();
   private readonly inflightCounts = new Map<string, number>();
   private ownership: Ownership | undefined;
+  private readonly sealedSource: SealedSource;
   private closing = false;
   private crashed = false;
 
@@ -143,6 +161,7 @@ export class ClusterBackend implements Backend {
     private readonly log: (line: string) => void,
   ) {
     this.catalog = cp.catalog;
+    this.sealedSource = sealedSource(cp.sealed);
   }
 
   /** Connects, creates what the cluster lacks, mirrors the catalog, then folds (all, or what Ownership hands it). */
@@ -170,6 +189,7 @@ export class ClusterBackend implements Backend {
         batchIdFor: store.batchIdFor,
         reads: store.reads,
         usage: store.usage,
+        sealed: store.sealed,
         async resumeRefusal(seq, batchId) {
           const first = await store.log.firstSeq();
           if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
@@ -301,20 +321,24 @@ export class ClusterBackend implements Backend {
       }
     }
     if (gen !== p.generation) return;
+    // The days this snapshot no longer holds were put into the sealed-rows bucket before it was written: wait until
+    // this node's copy holds them, or reads would miss them.
+    await this.cp.sealed.caughtUp();
+    if (gen !== p.generation) return;
     let state = new AnalyticsState();
     if (best) {
       try {
         state = fromSnapshot(best.data);
         p.lastBatchId = best.lastBatchId;
         this.log(`partition ${p.n}: restored snapshot at sequence ${state.lastSeq}`);
-        collectSealable(state);
-        takeSealQueue(state);
+        collectSealable(state); // days whose window closed after the snapshot: sealed once the follower runs
       } catch (err) {
         this.log(`partition ${p.n}: snapshot unusable (${err instanceof Error ? err.message : String(err)}); replaying the partition`);
         state = new AnalyticsState();
       }
     }
     p.state = state;
+    p.sealer = new Sealer(state, this.cp.sealed, (line) => this.log(`partition ${p.n}: ${line}`));
     // Reads that waited for the fold before the snapshot was in: the snapshot may already cover what they wait for.
     const still: typeof p.waiters = [];
     for (const w of p.waiters) (w.seq <= state.lastSeq ? w.resolve(true) : still.push(w));
@@ -328,6 +352,7 @@ export class ClusterBackend implements Backend {
       if (gen === p.generation) this.foldEntry(p, e);
     });
     if (state.lastSeq >= last) this.caughtUp(p);
+    p.sealer.kick();
   }
 
   /** The fold reached the stream's end as of its start: a standby may now take the partition over (ready mark). */
@@ -345,6 +370,7 @@ export class ClusterBackend implements Backend {
     p.state.lastSeq = e.seq;
     p.lastBatchId = e.batchId;
     p.sinceSnapshot += e.records.length;
+    if (p.state.sealQueue.length > 0) p.sealer?.kick();
     if (e.batchId !== undefined) this.folded(e.batchId);
     if (!p.caughtUp && e.seq >= p.startedAt) this.caughtUp(p);
     if (p.waiters.length > 0) {
@@ -445,7 +471,7 @@ export class ClusterBackend implements Backend {
     if (this.fold === 'all' || (p.active && this.ownership?.serves(p.n) === true)) {
       const reached = await this.barrier(p);
       if (reached !== true) return reached;
-      return { value: answerRead({ state: p.state, sealed: undefined }, q) };
+      return { value: answerRead({ state: p.state, sealed: this.sealedSource }, q) };
     }
     try {
       return { value: await this.cp.reads.request<MetricsResponse | RealtimeResponse, ReadQuery>(p.n, q) };
@@ -461,7 +487,7 @@ export class ClusterBackend implements Backend {
     if (!p.active) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
     const reached = await this.barrier(p, READ_TIMEOUT_MS - FORWARD_REPLY_MARGIN_MS);
     if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
-    return answerRead({ state: p.state, sealed: undefined }, q);
+    return answerRead({ state: p.state, sealed: this.sealedSource }, q);
   }
 
   /**
@@ -545,8 +571,7 @@ export class ClusterBackend implements Backend {
     every(PRUNE_EVERY_MS, () => {
       for (const p of this.parts) pruneEventIds(p.state, this.now());
     });
-    every(SEAL_QUEUE_DRAIN_MS, () => {
-      for (const p of this.parts) takeSealQueue(p.state);
+    every(INFLIGHT_SWEEP_MS, () => {
       const old = this.now() - INFLIGHT_FORGET_MS;
       for (const [id, b] of this.inflight) {
         if (b.at < old) {
@@ -556,6 +581,21 @@ export class ClusterBackend implements Backend {
       }
     });
     if (this.fold === 'owner') every(USAGE_PUBLISH_MS, () => this.publishUsage());
+    every(TICK_CHECK_MS, () => this.tickIdle());
+  }
+
+  /**
+   * The lease holder of a partition with state whose newest folded receive time is TICK_IDLE_MS behind the clock
+   * appends a clock tick: every node folding the partition then seals the days that closed meanwhile, in log order.
+   * Tests and benches call it after moving the clock.
+   */
+  async tickIdle(): Promise<void> {
+    const now = this.now();
+    for (const p of this.parts) {
+      if (!p.writer || !p.active || !p.caughtUp || p.state.projects.size === 0 || now - p.state.maxRt < TICK_IDLE_MS) continue;
+      if (this.fold === 'owner' && this.ownership?.serves(p.n) !== true) continue;
+      await this.cp.log.append(p.n, [{ t: 'k', rt: now }], `k:${p.n}:${now}`).catch((err: unknown) => this.log(`partition ${p.n}: clock tick failed: ${err instanceof Error ? err.message : String(err)}`));
+    }
   }
 
   /** Owners publish each project's monthly count when it changed, for projects with a quota (CLUSTER.md §8). */
@@ -582,7 +622,6 @@ export class ClusterBackend implements Backend {
   private snapshot(p: Partition): Promise<void> {
     if (p.snapshotting) return p.snapshotting;
     const run = (async () => {
-      takeSealQueue(p.state);
       const data = toSnapshot(p.state);
       const batchId = p.lastBatchId;
       p.sinceSnapshot = 0;
@@ -607,6 +646,7 @@ export class ClusterBackend implements Backend {
     for (let n = 0; n < this.parts.length; n++) this.cp.reads.unserve(n);
     await Promise.all(this.parts.map((p) => p.follower?.stop()));
     for (const p of this.parts) for (const w of p.waiters) w.resolve(false);
+    await this.sealingIdle();
     await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.state.lastSeq !== p.snapshotSeq ? this.snapshot(p) : p.snapshotting)));
     await this.cp.log.close();
     await this.cp.snapshots.close();
@@ -627,14 +667,16 @@ export class ClusterBackend implements Backend {
   stats(): { liveDays: number; sealedDays: number } {
     let liveDays = 0;
     for (const p of this.parts) for (const ps of p.state.projects.values()) liveDays += ps.days.size;
-    return { liveDays, sealedDays: 0 };
+    return { liveDays, sealedDays: this.cp.sealed.dayCount() };
   }
 
   async applyRetention(): Promise<number> {
     return 0; // the stream's max_age (ANALYTICS_RETENTION_DAYS) does it
   }
 
-  async sealingIdle(): Promise<void> {}
+  async sealingIdle(): Promise<void> {
+    await Promise.all(this.parts.map((p) => p.sealer?.idle()));
+  }
 
   /** Tests and benches: a snapshot of every partition folded here now, whoever holds the lease. */
   async snapshotNow(): Promise<void> {

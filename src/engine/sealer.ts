@@ -1,7 +1,7 @@
 import { rollupMonth, sealDay, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
 import { monthEnd } from '../core/sealed-source.ts';
 import { dropSealed, sealAt, takeSealQueue, type AnalyticsState, type SealRequest } from '../core/state.ts';
-import type { SealedStore } from '../store/sealed-store.ts';
+import { UnsealableDays, unsealableKey, type SealedWrite } from '../store/sealed-store.ts';
 
 /**
  * Writes the days the reducer hands over (their window has closed) to the sealed store, with the rollup of every
@@ -9,6 +9,14 @@ import type { SealedStore } from '../store/sealed-store.ts';
  * earlier day of its month on disk; a day is dropped only once its sealed form is flushed, and a snapshot taken
  * meanwhile still holds it live, so a crash at any point loses nothing (re-sealing overwrites the same segment).
  */
+
+/** Where sealed days go: LMDB on one node (SealedStore), the sealed-rows bucket plus its local copy in cluster mode. */
+export interface SealedWriter {
+  /** every sealed segment of a project's days in [from, to] that this node holds (a month's rollup merges them) */
+  readDays(projectId: string, from: string, to: string): SealedDay[];
+  /** durable when it resolves: the days may then be dropped from the heap */
+  write(w: SealedWrite): Promise<void>;
+}
 
 /** Days per transaction: sealing 10,000 projects' day at midnight is many small writes, not one long stall. */
 const SEAL_BATCH = 256;
@@ -18,7 +26,7 @@ export class Sealer {
 
   constructor(
     readonly state: AnalyticsState,
-    private readonly store: SealedStore,
+    private readonly store: SealedWriter,
     private readonly log: (line: string) => void,
   ) {}
 
@@ -40,9 +48,17 @@ export class Sealer {
     while (this.state.sealQueue.length > 0) {
       const queue = takeSealQueue(this.state);
       for (let i = 0; i < queue.length; i += SEAL_BATCH) {
-        const batch = queue.slice(i, i + SEAL_BATCH);
+        let batch = queue.slice(i, i + SEAL_BATCH);
         try {
-          await this.sealBatch(batch);
+          try {
+            await this.sealBatch(batch);
+          } catch (err) {
+            if (!(err instanceof UnsealableDays)) throw err;
+            // Kept live for good (still flagged as handed over, so never queued again); the rest is written.
+            this.log(`ALERT ${err.message}: kept live (${[...err.days].map((k) => k.replaceAll('\u0000', ' ')).join(', ')})`);
+            batch = batch.filter((r) => !err.days.has(unsealableKey(r.projectId, r.day.day, r.day.firstSeq)));
+            await this.sealBatch(batch);
+          }
         } catch (err) {
           // Not written: hand every day back so the next check queues it again.
           for (const r of queue.slice(i)) r.day.sealing = false;

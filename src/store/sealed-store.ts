@@ -38,6 +38,25 @@ function decode<T extends SealedDay | SealedMonth>(stored: Omit<T, 'userHashes' 
   return out;
 }
 
+/**
+ * Days whose sealed form cannot be stored (cluster mode: a row bigger than a stream message). Nothing of the write was
+ * stored; the sealer keeps these days live for good and writes the rest.
+ */
+export class UnsealableDays extends Error {
+  constructor(
+    message: string,
+    /** `${projectId}\u0000${date}\u0000${firstSeq}` of each day */
+    readonly days: ReadonlySet<string>,
+  ) {
+    super(message);
+    this.name = 'UnsealableDays';
+  }
+}
+
+export function unsealableKey(projectId: string, date: string, firstSeq: number): string {
+  return `${projectId}\u0000${date}\u0000${firstSeq}`;
+}
+
 export interface SealedWrite {
   days: Array<{ projectId: string; day: SealedDay }>;
   months: Array<{ projectId: string; month: SealedMonth }>;
@@ -150,6 +169,34 @@ export class SealedStore implements SealedLookup {
     await this.root.flushed;
     for (const { projectId, day } of w.days) this.forget(`${projectId}\u0000${day.date}\u0000${day.firstSeq}`);
     for (const { projectId, month } of w.months) this.forget(`${projectId}\u0000${month.month}`);
+  }
+
+  /**
+   * One row from elsewhere (cluster mode: the sealed-rows bucket's watch): queued in LMDB's next batched transaction,
+   * not awaited, so a mirror catching up writes thousands per commit. `flushed()` resolves once they are on disk.
+   */
+  putDay(projectId: string, day: SealedDay): void {
+    void this.dayDb.put([projectId, day.date, day.firstSeq], encode(day));
+    this.forget(`${projectId}\u0000${day.date}\u0000${day.firstSeq}`);
+  }
+
+  putMonth(projectId: string, month: SealedMonth): void {
+    void this.monthDb.put([projectId, month.month], encode(month));
+    this.forget(`${projectId}\u0000${month.month}`);
+  }
+
+  removeDay(projectId: string, date: string, firstSeq: number): void {
+    void this.dayDb.remove([projectId, date, firstSeq]);
+    this.forget(`${projectId}\u0000${date}\u0000${firstSeq}`);
+  }
+
+  removeMonth(projectId: string, month: string): void {
+    void this.monthDb.remove([projectId, month]);
+    this.forget(`${projectId}\u0000${month}`);
+  }
+
+  async flushed(): Promise<void> {
+    await this.root.flushed;
   }
 
   /** Every sealed segment of a project's days in [from, to], decoded (for rollups and checks). */

@@ -1,5 +1,5 @@
 import type { SnapshotData } from '../core/snapshot.ts';
-import type { LogRecord } from '../core/types.ts';
+import type { FoldRecord } from '../core/types.ts';
 import type { KeyRecord, ProjectRecord, Salt } from './log-store.ts';
 
 /**
@@ -12,7 +12,8 @@ import type { KeyRecord, ProjectRecord, Salt } from './log-store.ts';
 export interface LogEntry {
   /** LMDB: the first record's sequence (records are numbered on); JetStream: the message's stream sequence */
   seq: number;
-  records: LogRecord[];
+  /** JetStream: a partition's clock tick is a message of one ClockRecord */
+  records: FoldRecord[];
   /** JetStream: the message's `Nats-Msg-Id` (a snapshot remembers the last one, checked on resume); LMDB: absent */
   batchId?: string;
 }
@@ -37,7 +38,7 @@ export interface EventLog {
   /** LMDB: 1 */
   readonly partitions: number;
   /** Durable when the promise resolves (LMDB: committed; JetStream: PubAck from a quorum). */
-  append(partition: number, records: readonly LogRecord[], batchId: string): Promise<Appended>;
+  append(partition: number, records: readonly FoldRecord[], batchId: string): Promise<Appended>;
   /**
    * where the newest entry ends, 0 when empty: the sequence a fold holds once it folded everything (JetStream: the
    * last message's, via last_by_subj; LMDB: the last record's, since an entry covers seq … seq + records − 1)

@@ -1,6 +1,7 @@
 import type { KV, KvEntry } from '@nats-io/kv';
 import type { KeyRecord, ProjectRecord } from '../log-store.ts';
 import type { Catalog } from '../seams.ts';
+import { KvMirror } from './kv-mirror.ts';
 
 /**
  * Projects and key hashes shared by every node (CLUSTER.md §8): the KV bucket `analytics_catalog_v1`, keys
@@ -13,24 +14,27 @@ import type { Catalog } from '../seams.ts';
  * a check compares the bucket's last revision with the mirror's and restarts the watch after the last applied one.
  */
 
-/** How often the mirror is compared with the bucket's last revision. */
-const MIRROR_CHECK_MS = 2_000;
-/** The mirror behind the bucket and silent this long: a fresh watch from the last applied revision. */
-const MIRROR_STALL_MS = 10_000;
-
 const PROJECT = 'project.';
 const KEY = 'key.';
 /** KV keys allow `[-/_=.a-zA-Z0-9]`: ids of these characters are used as they are, others base64url after a '='. */
 const SAFE_ID = /^[A-Za-z0-9_-]+$/;
 const KEY_HASH = /^[0-9a-f]{64}$/;
 
+/** A project id as one KV key token (catalog and sealed rows). */
+export function idToken(id: string): string {
+  return SAFE_ID.test(id) ? id : `=${Buffer.from(id, 'utf8').toString('base64url')}`;
+}
+
+export function idOfToken(token: string): string {
+  return token.startsWith('=') ? Buffer.from(token.slice(1), 'base64url').toString('utf8') : token;
+}
+
 export function projectKey(id: string): string {
-  return PROJECT + (SAFE_ID.test(id) ? id : `=${Buffer.from(id, 'utf8').toString('base64url')}`);
+  return PROJECT + idToken(id);
 }
 
 function projectIdOf(kvKey: string): string {
-  const rest = kvKey.slice(PROJECT.length);
-  return rest.startsWith('=') ? Buffer.from(rest.slice(1), 'base64url').toString('utf8') : rest;
+  return idOfToken(kvKey.slice(PROJECT.length));
 }
 
 export function keyKey(hash: string): string {
@@ -46,105 +50,27 @@ export class KvCatalog implements Catalog {
   /** KV key -> revision of the value (or delete) the mirror holds: an older one arriving late is ignored */
   private readonly revisions = new Map<string, number>();
   private readonly listeners = new Set<ChangeFn>();
-  /** highest revision applied from the watch (the watch resumes after it) */
-  private applied = 0;
-  private lastProgress = Date.now();
-  private watcher: { stop(): void } | undefined;
-  private generation = 0;
-  private closed = false;
-  private readonly timer: NodeJS.Timeout;
-  private readyTarget = 0;
-  private resolveReady!: () => void;
-  private readonly readyPromise = new Promise<void>((r) => (this.resolveReady = r));
-  private isReady = false;
-  private checking = false;
+  private mirror!: KvMirror;
 
   private constructor(
     readonly kv: KV,
     private readonly log: (line: string) => void,
-  ) {
-    this.timer = setInterval(() => void this.check(), MIRROR_CHECK_MS);
-    this.timer.unref();
-  }
+  ) {}
 
   /** Starts the mirror; await `ready()` before serving (health answers 503 until then). */
   static async open(kv: KV, opts: { log?: (line: string) => void } = {}): Promise<KvCatalog> {
     const c = new KvCatalog(kv, opts.log ?? (() => {}));
-    c.readyTarget = await c.bucketLastRevision();
-    if (c.readyTarget === 0) c.markReady();
-    await c.watch(0);
+    c.mirror = await KvMirror.open(kv, { name: 'catalog mirror', apply: (e) => c.apply(e), log: c.log });
     return c;
   }
 
   /** Resolves once the values stored when the catalog opened are in the mirror. */
   ready(): Promise<void> {
-    return this.readyPromise;
+    return this.mirror.ready();
   }
 
   get isMirrorReady(): boolean {
-    return this.isReady;
-  }
-
-  private markReady(): void {
-    if (this.isReady) return;
-    this.isReady = true;
-    this.resolveReady();
-  }
-
-  private async bucketLastRevision(): Promise<number> {
-    const st = await this.kv.status();
-    return st.streamInfo.state.last_seq;
-  }
-
-  private async watch(afterRevision: number): Promise<void> {
-    const gen = ++this.generation;
-    this.watcher?.stop();
-    this.watcher = undefined;
-    const it = await this.kv.watch(afterRevision > 0 ? { resumeFromRevision: afterRevision + 1 } : {});
-    if (gen !== this.generation || this.closed) {
-      it.stop();
-      return;
-    }
-    this.watcher = it;
-    this.lastProgress = Date.now();
-    void (async () => {
-      try {
-        for await (const e of it) {
-          if (gen !== this.generation) break;
-          this.apply(e);
-          if (e.revision > this.applied) this.applied = e.revision;
-          this.lastProgress = Date.now();
-          if (this.applied >= this.readyTarget) this.markReady();
-        }
-      } catch (err) {
-        if (!this.closed) this.log(`catalog watch failed: ${err instanceof Error ? err.message : String(err)}`);
-      }
-      if (gen === this.generation && !this.closed) this.watcher = undefined; // the check restarts it
-    })();
-  }
-
-  /** Every MIRROR_CHECK_MS: no watch → restart; the bucket ahead and nothing arrived for MIRROR_STALL_MS → restart. */
-  private async check(): Promise<void> {
-    if (this.closed || this.checking) return;
-    this.checking = true;
-    try {
-      if (!this.watcher) {
-        await this.watch(this.applied);
-        return;
-      }
-      if (Date.now() - this.lastProgress < MIRROR_STALL_MS) return;
-      const last = await this.bucketLastRevision();
-      if (last <= this.applied) {
-        this.lastProgress = Date.now();
-        return;
-      }
-      this.log(`catalog mirror stalled at revision ${this.applied} (bucket at ${last}): new watch`);
-      await this.watch(this.applied);
-    } catch (err) {
-      this.log(`catalog mirror check failed (retried in ${MIRROR_CHECK_MS} ms): ${err instanceof Error ? err.message : String(err)}`);
-    } finally {
-      this.checking = false;
-    }
+    return this.mirror.isMirrorReady;
   }
 
   /** Applies one KV value or delete to the mirror (unless the mirror holds a newer revision of that key). */
@@ -213,14 +139,14 @@ export class KvCatalog implements Catalog {
   }
 
   async deleteKey(hash: string): Promise<void> {
-    await this.kv.purge(keyKey(hash));
+    await this.kv.delete(keyKey(hash)); // not purge: see NO_PURGE in kv-mirror.ts
     await this.refresh(keyKey(hash));
   }
 
   /** The project first (its keys then answer 401 at once), then its keys. */
   async deleteProject(projectId: string): Promise<void> {
     const keys = this.keys(projectId);
-    await this.kv.purge(projectKey(projectId));
+    await this.kv.delete(projectKey(projectId)); // not purge: see NO_PURGE in kv-mirror.ts
     await this.refresh(projectKey(projectId));
     for (const [hash] of keys) await this.deleteKey(hash);
   }
@@ -266,10 +192,6 @@ export class KvCatalog implements Catalog {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
-    this.generation++;
-    clearInterval(this.timer);
-    this.watcher?.stop();
-    this.watcher = undefined;
+    await this.mirror.close();
   }
 }

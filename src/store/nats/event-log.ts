@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
-import type { LogRecord } from '../../core/types.ts';
+import type { FoldRecord, LogRecord } from '../../core/types.ts';
 import type { Appended, EventLog, Follower, LogEntry } from '../seams.ts';
 import { eventSubject, type ResourceNames } from './resources.ts';
 
@@ -203,7 +203,7 @@ export class JetStreamEventLog implements EventLog {
     return eventSubject(this.names, partition);
   }
 
-  async append(partition: number, records: readonly LogRecord[], batchId: string): Promise<Appended> {
+  async append(partition: number, records: readonly FoldRecord[], batchId: string): Promise<Appended> {
     const subject = this.subject(partition);
     const body = JSON.stringify(records);
     const deadline = Date.now() + this.deadlineMs;
@@ -276,7 +276,7 @@ export class JetStreamEventLog implements EventLog {
     }
     if (!Array.isArray(records)) return new BadLogMessage(m.seq, 'body is not an array of records');
     const batchId = m.headers?.get('Nats-Msg-Id');
-    return batchId ? { seq: m.seq, records: records as LogRecord[], batchId } : { seq: m.seq, records: records as LogRecord[] };
+    return batchId ? { seq: m.seq, records: records as FoldRecord[], batchId } : { seq: m.seq, records: records as FoldRecord[] };
   }
 
   /** An ordered consumer of one partition from `fromSeq` on, pulling by bytes. */

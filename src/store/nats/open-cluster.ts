@@ -7,6 +7,7 @@ import { KvSalts } from './salts.ts';
 import { ObjectSnapshotStore } from './snapshots.ts';
 import { NatsLeaseStore } from './owners.ts';
 import { ReadRpc } from './read-rpc.ts';
+import { KvSealedStore } from './sealed.ts';
 import { KvUsage } from './usage.ts';
 
 /**
@@ -39,6 +40,7 @@ export interface ClusterStore {
   leases: NatsLeaseStore;
   reads: ReadRpc;
   usage: KvUsage;
+  sealed: KvSealedStore;
   nc: NatsConnection;
   partitionOf(projectId: string): number;
   batchIdFor(projectId: string, records: readonly LogRecord[]): string;
@@ -65,6 +67,7 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
     const catalog = await KvCatalog.open(res.catalog, { log: o.log });
     const snapshots = await ObjectSnapshotStore.open(nc, res.names.snapshots, o.dataDir, { log: o.log });
     const usage = await KvUsage.open(res.usage, o.log);
+    const sealed = await KvSealedStore.open(res.sealed, res.names.sealed, o.dataDir, { log: o.log });
     const reads = new ReadRpc(nc, { subjectPrefix: res.names.readSubjectPrefix, onError: (err) => o.log(`forwarded read: ${err instanceof Error ? err.message : String(err)}`) });
     return {
       names: res.names,
@@ -76,6 +79,7 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
       leases: new NatsLeaseStore(res.owners),
       reads,
       usage,
+      sealed,
       nc,
       partitionOf: (projectId) => partitionOf(projectId, P),
       batchIdFor,
@@ -83,6 +87,7 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
         reads.close();
         usage.close();
         await catalog.close();
+        await sealed.close();
         for (const c of [...follows, nc]) await c.drain().catch(() => c.close());
       },
     };

@@ -26,6 +26,8 @@ export interface ResourceNames {
   usage: string;
   /** `analytics_snapshots_v1` (object store) */
   snapshots: string;
+  /** `analytics_sealed_v1`: sealed day segments and month rollups (sealed.ts) */
+  sealed: string;
 }
 
 const TAG = /^[A-Za-z0-9_-]{1,32}$/;
@@ -41,6 +43,7 @@ export function resourceNames(tag?: string): ResourceNames {
     owners: `analytics_owners_v1${t}`,
     usage: `analytics_usage_v1${t}`,
     snapshots: `analytics_snapshots_v1${t}`,
+    sealed: `analytics_sealed_v1${t}`,
   };
 }
 
@@ -68,7 +71,7 @@ export const DEFAULT_MAX_STREAM_BYTES = 8 * 1024 ** 3;
 export const DUPLICATE_WINDOW_NS = 120e9;
 /** One message is one ingest batch: a 1 MiB body, enriched, is at most ~2.1 MiB (servers: max_payload 4MB). */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
-/** Catalog, owners and usage keep only the current value of a key (history is the log's job). */
+/** Catalog, owners, usage and sealed rows keep only the current value of a key (history is the log's job). */
 const KV_HISTORY = 1;
 const NS_PER_DAY = 86_400e9;
 
@@ -99,6 +102,7 @@ export interface ClusterResources {
   catalog: KV;
   owners: KV;
   usage: KV;
+  sealed: KV;
 }
 
 function isAlreadyInUse(err: unknown): boolean {
@@ -152,7 +156,7 @@ async function ensureKv(kvm: Kvm, name: string, replicas: number): Promise<KV> {
 }
 
 /**
- * Creates what is absent (stream, the three KV buckets, the snapshot object store) and reads `cluster.config`,
+ * Creates what is absent (stream, the four KV buckets, the snapshot object store) and reads `cluster.config`,
  * writing it first if this is the cluster's first start (kv.create: one winner; the others read the winner's P).
  */
 export async function ensureResources(nc: NatsConnection, opts: ResourceOptions = {}): Promise<ClusterResources> {
@@ -162,17 +166,18 @@ export async function ensureResources(nc: NatsConnection, opts: ResourceOptions 
   if (!Number.isInteger(wanted) || wanted < 1 || wanted > MAX_PARTITIONS) throw new Error(`partitions must be an integer from 1 to ${MAX_PARTITIONS}: ${wanted}`);
   const kvm = new Kvm(nc);
   // each create is a Raft group election (R3 stream ~0.2–0.5 s, KV ~0.5–0.8 s): all at once
-  const [, catalog, owners, usage] = await Promise.all([
+  const [, catalog, owners, usage, sealed] = await Promise.all([
     ensureEventStream(nc, opts),
     ensureKv(kvm, names.catalog, replicas),
     ensureKv(kvm, names.owners, replicas),
     ensureKv(kvm, names.usage, replicas),
+    ensureKv(kvm, names.sealed, replicas),
     new Objm(nc).create(names.snapshots, { replicas, storage: StorageType.File }).catch((err: unknown) => {
       if (!isAlreadyInUse(err)) throw err;
     }),
   ]);
   const partitions = await clusterPartitions(catalog, wanted);
-  return { names, partitions, catalog, owners, usage };
+  return { names, partitions, catalog, owners, usage, sealed };
 }
 
 /** Only the event stream (tools and tests of the log alone); ensureResources creates it with the rest. */

@@ -50,6 +50,6 @@ export class KvSalts implements SharedSalts {
   }
 
   async remove(day: string): Promise<void> {
-    await this.kv.purge(saltKey(day));
+    await this.kv.delete(saltKey(day)); // not purge: see NO_PURGE in kv-mirror.ts
   }
 }
