@@ -306,11 +306,9 @@ export class ClusterBackend implements Backend {
     const last = await this.cp.log.lastSeq(p.n);
     const skip = (name: string, why: string) => this.log(`partition ${p.n}: skipping snapshot ${name}: ${why}`);
     let best: { data: SnapshotData; lastBatchId?: string | undefined } | undefined;
-    try {
-      best = await this.cp.snapshots.loadNewest(p.n, last, skip);
-    } catch (err) {
-      this.log(`partition ${p.n}: snapshots unreadable (${err instanceof Error ? err.message : String(err)}); replaying the partition`);
-    }
+    // Unreachable (not damaged: damaged ones are skipped for older ones) is a failed start, retried: a replay from
+    // the stream's start is only right while retention has removed nothing, and sealed days left the stream's fold.
+    best = await this.cp.snapshots.loadNewest(p.n, last, skip);
     if (gen !== p.generation) return;
     if (best && best.data.lastSeq > 0) {
       const refusal = await this.cp.resumeRefusal(best.data.lastSeq, best.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
