@@ -1,7 +1,7 @@
 import type { ClusterConfig, Config } from '../config.ts';
 import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
-import { AnalyticsState, applyOnce, collectSealable, isDuplicate, pruneEventIds, storedThisMonth, takeSealQueue } from '../core/state.ts';
+import { AnalyticsState, applyOnce, collectSealable, dropProject, isDuplicate, pruneEventIds, storedThisMonth, takeSealQueue } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/log-store.ts';
@@ -10,6 +10,7 @@ import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } 
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from './backend.ts';
+import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
 import { hashKey, keyHint } from './keys.ts';
 import { Ownership } from './ownership.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
@@ -69,6 +70,8 @@ export interface ClusterParts {
    */
   resumeRefusal(seq: number, batchId: string | undefined): Promise<string | undefined>;
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
+  /** what erasing a deleted project needs (src/engine/cluster-erasure.ts) */
+  erasure: ErasureParts;
   /** closes what the parts hold (connections) after the backend stopped using them */
   close(): Promise<void>;
 }
@@ -131,6 +134,8 @@ export class ClusterBackend implements Backend {
   private readonly inflightIds = new Map<string, Map<string, number>>();
   private readonly inflightCounts = new Map<string, number>();
   private ownership: Ownership | undefined;
+  /** deleting projects (tests set `erasure.beforeWork` to crash a node midway) */
+  erasure!: ClusterErasure;
   private closing = false;
   private crashed = false;
 
@@ -170,6 +175,7 @@ export class ClusterBackend implements Backend {
         batchIdFor: store.batchIdFor,
         reads: store.reads,
         usage: store.usage,
+        erasure: { partitionOf: store.partitionOf, log: store.log, pending: store.erasures, snapshots: store.snapshots, usage: store.usage },
         async resumeRefusal(seq, batchId) {
           const first = await store.log.firstSeq();
           if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
@@ -210,6 +216,7 @@ export class ClusterBackend implements Backend {
       now: opts.now(),
     });
     const b = new ClusterBackend(config, cp, enricher, fold, opts.now, opts.log);
+    b.erasure = new ClusterErasure(cp.erasure, opts.log);
     for (let n = 0; n < cp.log.partitions; n++) b.parts.push(new Partition(n));
     if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
     return b;
@@ -344,6 +351,7 @@ export class ClusterBackend implements Backend {
     for (const r of e.records) applyOnce(p.state, e.seq, r);
     p.state.lastSeq = e.seq;
     p.lastBatchId = e.batchId;
+    if (e.erase !== undefined) this.erasedInPartition(p, e.erase, e.seq);
     p.sinceSnapshot += e.records.length;
     if (e.batchId !== undefined) this.folded(e.batchId);
     if (!p.caughtUp && e.seq >= p.startedAt) this.caughtUp(p);
@@ -353,6 +361,18 @@ export class ClusterBackend implements Backend {
       p.waiters = still;
     }
     if (p.writer && p.sinceSnapshot >= this.config.snapshotEveryEvents && !p.snapshotting) void this.snapshot(p);
+  }
+
+  /**
+   * A deleted project's erase marker, folded in log order (cluster-erasure.ts): its state goes (the same on every node
+   * folding p), local snapshot copies from before the marker go, and the lease holder stores a snapshot without it.
+   */
+  private erasedInPartition(p: Partition, projectId: string, seq: number): void {
+    const held = dropProject(p.state, projectId);
+    p.published.delete(projectId);
+    this.cp.erasure.snapshots.setFloor(p.n, seq);
+    if (p.writer) void (p.snapshotting ?? Promise.resolve()).then(() => this.snapshot(p));
+    this.log(`partition ${p.n}: project ${projectId} erased at sequence ${seq}${held ? '' : ' (nothing of it was held)'}`);
   }
 
   // ------------------------------------------------------------ in-flight batches (quota, eventId pre-check)
@@ -430,6 +450,8 @@ export class ClusterBackend implements Backend {
       // Folded already (a fast follower), a transport repeat, or the same batch twice in flight: count it once.
       if ((p.active && appended.seq <= p.state.lastSeq) || appended.duplicate || this.inflight.has(batchId)) this.release(b);
       else this.inflight.set(batchId, b);
+      // Admitted just before the project was deleted, stored after its erasure began: erase this batch too.
+      if (!this.catalog.project(projectId)) void this.erasure.erase(projectId).catch((err: unknown) => this.log(`project ${projectId}: erasure of a late batch failed (the timer retries): ${String(err)}`));
       return true;
     } catch (err) {
       this.release(b);
@@ -514,13 +536,18 @@ export class ClusterBackend implements Backend {
 
   // ------------------------------------------------------------ lifecycle
 
+  /** Erases a deleted project's events, state, snapshots and usage everywhere (cluster-erasure.ts); resolves when done. */
   async eraseProject(projectId: string): Promise<void> {
-    throw new Error(`erasing project ${projectId} is not available in cluster mode`); // refused earlier: deleteRefusal
+    for (const [id, b] of this.inflight) {
+      if (b.projectId !== projectId) continue;
+      this.inflight.delete(id);
+      this.release(b);
+    }
+    await this.erasure.erase(projectId);
   }
 
-  /** Why a project cannot be deleted here (cluster mode does not erase stream messages yet). */
-  deleteRefusal(): string {
-    return 'deleting a project is not available in cluster mode yet: its events would stay in the shared stream';
+  deleteRefusal(): undefined {
+    return undefined;
   }
 
   async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
@@ -556,6 +583,9 @@ export class ClusterBackend implements Backend {
       }
     });
     if (this.fold === 'owner') every(USAGE_PUBLISH_MS, () => this.publishUsage());
+    // Erasures a node left unfinished: all of them now (startup), then those that stopped moving.
+    void this.erasure.finishPending(true).catch((err: unknown) => this.log(`pending erasures not checked (the timer retries): ${String(err)}`));
+    every(ERASE_CHECK_MS, () => this.erasure.finishPending(false));
   }
 
   /** Owners publish each project's monthly count when it changed, for projects with a quota (CLUSTER.md §8). */

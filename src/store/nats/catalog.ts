@@ -62,14 +62,16 @@ export class KvCatalog implements Catalog {
   private constructor(
     readonly kv: KV,
     private readonly log: (line: string) => void,
+    private readonly beforeDelete: ((projectId: string) => Promise<void>) | undefined,
   ) {
     this.timer = setInterval(() => void this.check(), MIRROR_CHECK_MS);
     this.timer.unref();
   }
 
   /** Starts the mirror; await `ready()` before serving (health answers 503 until then). */
-  static async open(kv: KV, opts: { log?: (line: string) => void } = {}): Promise<KvCatalog> {
-    const c = new KvCatalog(kv, opts.log ?? (() => {}));
+  /** `beforeDeleteProject`: runs before a project is deleted (cluster: records its pending erasure, so a crash cannot lose it). */
+  static async open(kv: KV, opts: { log?: (line: string) => void; beforeDeleteProject?: (projectId: string) => Promise<void> } = {}): Promise<KvCatalog> {
+    const c = new KvCatalog(kv, opts.log ?? (() => {}), opts.beforeDeleteProject);
     c.readyTarget = await c.bucketLastRevision();
     if (c.readyTarget === 0) c.markReady();
     await c.watch(0);
@@ -217,8 +219,9 @@ export class KvCatalog implements Catalog {
     await this.refresh(keyKey(hash));
   }
 
-  /** The project first (its keys then answer 401 at once), then its keys. */
+  /** The pending erasure (if the store records one), then the project (its keys then answer 401 at once), then its keys. */
   async deleteProject(projectId: string): Promise<void> {
+    await this.beforeDelete?.(projectId);
     const keys = this.keys(projectId);
     await this.kv.purge(projectKey(projectId));
     await this.refresh(projectKey(projectId));
