@@ -85,6 +85,8 @@ export class ClusterErasure {
   private checking = false;
   /** tests: runs after the pending record exists and before anything is erased (a test crashes the node here) */
   beforeWork: ((projectId: string) => Promise<void>) | undefined;
+  /** ERASE_STALE_MS (tests shorten it) */
+  staleMs = ERASE_STALE_MS;
 
   constructor(
     private readonly parts: ErasureParts,
@@ -130,7 +132,7 @@ export class ClusterErasure {
         if (this.running.has(id)) continue;
         const s = this.seen.get(id);
         if (!s || s.revision !== revision) this.seen.set(id, { revision, since: now });
-        if (!all && (!s || s.revision !== revision || now - s.since < ERASE_STALE_MS)) continue;
+        if (!all && (!s || s.revision !== revision || now - s.since < this.staleMs)) continue;
         this.log(`project ${id}: finishing an interrupted erasure`);
         await this.erase(id).catch((err: unknown) => this.log(`project ${id}: erasure failed (retried in ${ERASE_CHECK_MS} ms): ${err instanceof Error ? err.message : String(err)}`));
       }

@@ -133,8 +133,12 @@ export class ObjectSnapshotStore implements SnapshotStore {
     let n = 0;
     for (const s of await this.objectSeqs(partition)) {
       if (s >= seq) continue;
-      await this.os.delete(snapshotObjectName(partition, s));
-      n++;
+      try {
+        await this.os.delete(snapshotObjectName(partition, s));
+        n++;
+      } catch (err) {
+        if (!/not found/i.test(err instanceof Error ? err.message : String(err))) throw err; // pruned meanwhile
+      }
     }
     return n;
   }
