@@ -4,10 +4,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
 import type { AnalyticsState } from '../src/core/state.ts';
 import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
@@ -242,6 +242,37 @@ describe('deleting a project in cluster mode', () => {
     assert.equal(again.pageviews, 2, 'the recreated project counts only its new events');
     console.log(`# erasure answered in ${deleteMs} ms (${msgs.length} messages left in the stream)`);
     await stop(back);
+  });
+
+  test('a batch of the project stored after its erase marker gets a marker after it and is erased too', async () => {
+    const tag = `x${process.pid}_late`;
+    const key = adminKey();
+    const a = await startNode('a', tag, key, { fold: 'all' });
+    const p = await createProject(a.url, key);
+    const part = a.backend.partitionOfProject(p.project.id);
+    assert.equal((await api(a.url, '/analytics', { key: p.keys.secret, body: batch('early', 0, 5) })).status, 200);
+    assert.equal((await api(a.url, `/projects/${p.project.id}`, { method: 'DELETE', key })).status, 200);
+    const marker = (await streamMessages(tag)).find((m) => m.erase === p.project.id)!;
+
+    // As if a request admitted just before the delete was stored after the marker, and its node died before erasing
+    // it again: the batch in the stream, a pending record whose marker is the first one.
+    const late = `late-${randomBytes(6).toString('hex')}`;
+    const rec = { t: 'e', p: p.project.id, ts: Date.now(), rt: Date.now(), day: new Date().toISOString().slice(0, 10), event: 'page_view', url: `https://site.example/${late}`, path: `/${late}`, referrer: '', source: 'Direct', sessionId: 's1', user: 's:s1', country: 'DE', device: 'desktop', params: {} };
+    const h = headers();
+    h.set('Analytics-Format', '1');
+    await jetstream(nc).publish(`analytics.v1_${tag}.events.${part}`, JSON.stringify([rec]), { headers: h, msgID: `r:${late}` });
+    await waitFor('the late batch folded', () => (stateOf(a, part)?.projects.has(p.project.id) ? true : undefined), 5_000);
+    const catalogKv = await new Kvm(nc).open(`analytics_catalog_v1_${tag}`);
+    await catalogKv.put(`erase.${p.project.id}`, JSON.stringify({ projectId: p.project.id, token: 'late-test', markerSeq: marker.seq }));
+
+    await a.backend.erasure.finishPending(true);
+    assert.ok(a.logs.some((l) => l.includes('after the marker: another marker')), a.logs.join('\n'));
+    const msgs = await streamMessages(tag);
+    assert.deepEqual(msgs.filter((m) => m.body.includes(late) || m.body.includes('early')).map((m) => m.seq), []);
+    assert.equal(msgs.filter((m) => m.erase === p.project.id).length, 2, 'two markers');
+    assert.equal(stateOf(a, part)!.projects.has(p.project.id), false, 'the second marker dropped what the late batch folded');
+    assert.notEqual((await catalogKv.get(`erase.${p.project.id}`))?.operation, 'PUT');
+    await stop(a);
   });
 
   for (const finisher of ['the restarted node', 'the other node on its timer'] as const) test(`an erasure interrupted by the deleting node dying is finished by ${finisher}, and every node drops the project`, async () => {
