@@ -182,6 +182,7 @@ export class ClusterErasure {
       this.log(`project ${projectId}: a batch of it landed at ${late}, after the marker: another marker at ${m.seq}`);
     }
     const markerSeq = rec.markerSeq!;
+    const scanMs = Math.round(performance.now() - started);
 
     let removed = 0;
     for (let i = 0; i < doomed.length; i += DELETE_CONCURRENCY) {
@@ -195,6 +196,8 @@ export class ClusterErasure {
       }
     }
 
+    const deleteMs = Math.round(performance.now() - started) - scanMs;
+
     // Snapshots below the marker may hold it: the floor keeps every node from loading or storing one again.
     await pending.raiseFloor(n, markerSeq);
     snapshots.setFloor(n, markerSeq);
@@ -204,7 +207,7 @@ export class ClusterErasure {
     const usageKeys = await usage.removeProject(projectId);
     await pending.remove(projectId);
     this.log(
-      `project ${projectId} erased in ${Math.round(performance.now() - started)} ms: ${doomed.length} stream messages (${removed} removed now), ${objects} older snapshot objects, ${usageKeys} usage entries; partition ${n}'s erase floor is ${markerSeq}`,
+      `project ${projectId} erased in ${Math.round(performance.now() - started)} ms (marker and scan of ${scanned === 0 ? 'an empty' : 'the'} partition ${scanMs} ms, deletes ${deleteMs} ms): ${doomed.length} stream messages (${removed} removed now), ${objects} older snapshot objects, ${usageKeys} usage entries; partition ${n}'s erase floor is ${markerSeq}`,
     );
     return { markerSeq, messages: doomed.length, snapshotObjects: objects, usageKeys };
   }
