@@ -207,7 +207,7 @@ export class ClusterErasure {
     const usageKeys = await usage.removeProject(projectId);
     await pending.remove(projectId);
     this.log(
-      `project ${projectId} erased in ${Math.round(performance.now() - started)} ms (marker and scan of ${scanned === 0 ? 'an empty' : 'the'} partition ${scanMs} ms, deletes ${deleteMs} ms): ${doomed.length} stream messages (${removed} removed now), ${objects} older snapshot objects, ${usageKeys} usage entries; partition ${n}'s erase floor is ${markerSeq}`,
+      `project ${projectId} erased in ${Math.round(performance.now() - started)} ms (marker and partition scan ${scanMs} ms, deletes ${deleteMs} ms): ${doomed.length} stream messages (${removed} removed now), ${objects} older snapshot objects, ${usageKeys} usage entries; partition ${n}'s erase floor is ${markerSeq}`,
     );
     return { markerSeq, messages: doomed.length, snapshotObjects: objects, usageKeys };
   }
