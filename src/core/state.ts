@@ -256,3 +256,19 @@ export function dropSealed(state: AnalyticsState, projectId: string, day: DayAgg
 export function storedThisMonth(state: AnalyticsState, projectId: string, now: number): number {
   return state.projects.get(projectId)?.monthly.get(utcMonthOf(now)) ?? 0;
 }
+
+/**
+ * A deleted project's erase marker, folded in log order (cluster mode): everything the state holds of the project
+ * goes (live days, recent ring, realtime minutes, monthly counts, remembered eventIds, queued seal requests), so a
+ * record of it folded later starts from nothing, as for a new project. Pure: every node folding the partition drops
+ * the same at the same sequence. Returns whether the state held anything of it.
+ */
+export function dropProject(state: AnalyticsState, projectId: string): boolean {
+  const p = state.projects.get(projectId);
+  const queued = state.sealQueue.length;
+  state.sealQueue = state.sealQueue.filter((r) => r.projectId !== projectId);
+  if (!p) return state.sealQueue.length !== queued;
+  state.projects.delete(projectId);
+  state.realtimeHeld.delete(p);
+  return true;
+}

@@ -3,7 +3,7 @@ import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { AnalyticsState, applyOnce, collectSealable, isDuplicate, pruneEventIds, storedThisMonth } from '../core/state.ts';
+import { AnalyticsState, applyOnce, collectSealable, dropProject, isDuplicate, pruneEventIds, storedThisMonth } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/log-store.ts';
@@ -13,6 +13,7 @@ import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from './backend.ts';
+import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
 import { hashKey, keyHint } from './keys.ts';
 import { Ownership } from './ownership.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
@@ -84,6 +85,8 @@ export interface ClusterParts {
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
   /** sealed days and month rollups: the shared bucket and this node's copy of it */
   sealed: Pick<KvSealedStore, 'caughtUp' | 'write' | 'readDays' | 'month' | 'days' | 'dayCount' | 'removeLocal' | 'eraseProject'>;
+  /** what erasing a deleted project needs (src/engine/cluster-erasure.ts) */
+  erasure: ErasureParts;
   /** closes what the parts hold (connections) after the backend stopped using them */
   close(): Promise<void>;
 }
@@ -149,6 +152,8 @@ export class ClusterBackend implements Backend {
   private readonly inflightCounts = new Map<string, number>();
   private ownership: Ownership | undefined;
   private readonly sealedSource: SealedSource;
+  /** deleting projects (tests set `erasure.beforeWork` to crash a node midway) */
+  erasure!: ClusterErasure;
   private closing = false;
   private crashed = false;
 
@@ -190,6 +195,7 @@ export class ClusterBackend implements Backend {
         reads: store.reads,
         usage: store.usage,
         sealed: store.sealed,
+        erasure: { partitionOf: store.partitionOf, log: store.log, pending: store.erasures, snapshots: store.snapshots, usage: store.usage, sealed: store.sealed },
         async resumeRefusal(seq, batchId) {
           const first = await store.log.firstSeq();
           if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
@@ -230,6 +236,7 @@ export class ClusterBackend implements Backend {
       now: opts.now(),
     });
     const b = new ClusterBackend(config, cp, enricher, fold, opts.now, opts.log);
+    b.erasure = new ClusterErasure(cp.erasure, opts.log);
     for (let n = 0; n < cp.log.partitions; n++) b.parts.push(new Partition(n));
     if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
     return b;
@@ -367,6 +374,7 @@ export class ClusterBackend implements Backend {
     for (const r of e.records) applyOnce(p.state, e.seq, r);
     p.state.lastSeq = e.seq;
     p.lastBatchId = e.batchId;
+    if (e.erase !== undefined) this.erasedInPartition(p, e.erase, e.seq);
     p.sinceSnapshot += e.records.length;
     if (p.state.sealQueue.length > 0) p.sealer?.kick();
     if (e.batchId !== undefined) this.folded(e.batchId);
@@ -377,6 +385,27 @@ export class ClusterBackend implements Backend {
       p.waiters = still;
     }
     if (p.writer && p.sinceSnapshot >= this.config.snapshotEveryEvents && !p.snapshotting) void this.snapshot(p);
+  }
+
+  /**
+   * A deleted project's erase marker, folded in log order (cluster-erasure.ts): its state goes (the same on every node
+   * folding p), local snapshot copies from before the marker go, and the lease holder stores a snapshot without it.
+   */
+  private erasedInPartition(p: Partition, projectId: string, seq: number): void {
+    const held = dropProject(p.state, projectId);
+    p.published.delete(projectId);
+    this.cp.erasure.snapshots.setFloor(p.n, seq);
+    if (p.writer) void (p.snapshotting ?? Promise.resolve()).then(() => this.snapshot(p));
+    // Its sealed rows, once this node's sealer wrote what it was writing (maybe a day of it). Not for a marker of an
+    // earlier life of the id (a replay): the project exists again, and its rows are the new one's.
+    const sealer = p.sealer;
+    if (this.catalog.project(projectId) === undefined) {
+      void (async () => {
+        await sealer?.idle();
+        await this.cp.sealed.eraseProject(projectId);
+      })().catch((err: unknown) => this.log(`partition ${p.n}: sealed rows of ${projectId} not removed (the erasure removes them): ${String(err)}`));
+    }
+    this.log(`partition ${p.n}: project ${projectId} erased at sequence ${seq}${held ? '' : ' (nothing of it was held)'}`);
   }
 
   // ------------------------------------------------------------ in-flight batches (quota, eventId pre-check)
@@ -454,6 +483,8 @@ export class ClusterBackend implements Backend {
       // Folded already (a fast follower), a transport repeat, or the same batch twice in flight: count it once.
       if ((p.active && appended.seq <= p.state.lastSeq) || appended.duplicate || this.inflight.has(batchId)) this.release(b);
       else this.inflight.set(batchId, b);
+      // Admitted just before the project was deleted, stored after its erasure began: erase this batch too.
+      if (!this.catalog.project(projectId)) void this.erasure.erase(projectId).catch((err: unknown) => this.log(`project ${projectId}: erasure of a late batch failed (the timer retries): ${String(err)}`));
       return true;
     } catch (err) {
       this.release(b);
@@ -538,13 +569,18 @@ export class ClusterBackend implements Backend {
 
   // ------------------------------------------------------------ lifecycle
 
+  /** Erases a deleted project's events, state, snapshots and usage everywhere (cluster-erasure.ts); resolves when done. */
   async eraseProject(projectId: string): Promise<void> {
-    throw new Error(`erasing project ${projectId} is not available in cluster mode`); // refused earlier: deleteRefusal
+    for (const [id, b] of this.inflight) {
+      if (b.projectId !== projectId) continue;
+      this.inflight.delete(id);
+      this.release(b);
+    }
+    await this.erasure.erase(projectId);
   }
 
-  /** Why a project cannot be deleted here (cluster mode does not erase stream messages yet). */
-  deleteRefusal(): string {
-    return 'deleting a project is not available in cluster mode yet: its events would stay in the shared stream';
+  deleteRefusal(): undefined {
+    return undefined;
   }
 
   async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
@@ -579,6 +615,9 @@ export class ClusterBackend implements Backend {
       }
     });
     if (this.fold === 'owner') every(USAGE_PUBLISH_MS, () => this.publishUsage());
+    // Erasures a node left unfinished: all of them now (startup), then those that stopped moving.
+    void this.erasure.finishPending(true).catch((err: unknown) => this.log(`pending erasures not checked (the timer retries): ${String(err)}`));
+    every(ERASE_CHECK_MS, () => this.erasure.finishPending(false));
     every(TICK_CHECK_MS, () => this.tickIdle());
   }
 

@@ -16,6 +16,11 @@ export interface LogEntry {
   records: FoldRecord[];
   /** JetStream: the message's `Nats-Msg-Id` (a snapshot remembers the last one, checked on resume); LMDB: absent */
   batchId?: string;
+  /**
+   * JetStream: an erase marker (no records): the project of this id was deleted, and the fold drops everything it
+   * holds of it at this sequence (cluster erasure, src/engine/cluster-erasure.ts); LMDB: absent
+   */
+  erase?: string;
 }
 
 export interface Appended {

@@ -55,11 +55,15 @@ export class KvCatalog implements Catalog {
   private constructor(
     readonly kv: KV,
     private readonly log: (line: string) => void,
+    private readonly beforeDelete: ((projectId: string) => Promise<void>) | undefined,
   ) {}
 
-  /** Starts the mirror; await `ready()` before serving (health answers 503 until then). */
-  static async open(kv: KV, opts: { log?: (line: string) => void } = {}): Promise<KvCatalog> {
-    const c = new KvCatalog(kv, opts.log ?? (() => {}));
+  /**
+   * Starts the mirror; await `ready()` before serving (health answers 503 until then). `beforeDeleteProject`: runs
+   * before a project is deleted (cluster: records its pending erasure, so a crash cannot lose it).
+   */
+  static async open(kv: KV, opts: { log?: (line: string) => void; beforeDeleteProject?: (projectId: string) => Promise<void> } = {}): Promise<KvCatalog> {
+    const c = new KvCatalog(kv, opts.log ?? (() => {}), opts.beforeDeleteProject);
     c.mirror = await KvMirror.open(kv, { name: 'catalog mirror', apply: (e) => c.apply(e), log: c.log });
     return c;
   }
@@ -143,8 +147,9 @@ export class KvCatalog implements Catalog {
     await this.refresh(keyKey(hash));
   }
 
-  /** The project first (its keys then answer 401 at once), then its keys. */
+  /** The pending erasure (if the store records one), then the project (its keys then answer 401 at once), then its keys. */
   async deleteProject(projectId: string): Promise<void> {
+    await this.beforeDelete?.(projectId);
     const keys = this.keys(projectId);
     await this.kv.delete(projectKey(projectId)); // not purge: see NO_PURGE in kv-mirror.ts
     await this.refresh(projectKey(projectId));

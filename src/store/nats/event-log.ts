@@ -16,6 +16,14 @@ import { eventSubject, type ResourceNames } from './resources.ts';
 /** Header naming the body's encoding: 1 = JSON array of LogRecords. Another encoding would come behind a new value. */
 export const FORMAT_HEADER = 'Analytics-Format';
 export const FORMAT_JSON = '1';
+/**
+ * An erase marker (a deleted project, src/engine/cluster-erasure.ts): `Analytics-Control: erase` and
+ * `Analytics-Erase: <projectId>` on a message whose body is an empty batch (`[]`, format 1), so a reader that knows
+ * no control messages folds it as an entry without records, and one that does drops the project at its sequence.
+ */
+export const CONTROL_HEADER = 'Analytics-Control';
+export const CONTROL_ERASE = 'erase';
+export const ERASE_HEADER = 'Analytics-Erase';
 
 /** How long append keeps retrying one batch (ANALYTICS_PUBLISH_DEADLINE_MS): worst failover seen 19.3 s, below the 2-min msg-id window. */
 export const DEFAULT_PUBLISH_DEADLINE_MS = 30_000;
@@ -45,6 +53,8 @@ export const PULL_MAX_MESSAGES = 16;
 export const PARTITIONS_PER_FOLLOW_CONNECTION = 8;
 /** At most this many partitions replay at once (read, or a follower catching up): bounds memory and the server's buffers. */
 export const MAX_CONCURRENT_REPLAYS = 4;
+/** deleteMessages reports progress every this many messages (an erasure of a big project takes a while). */
+const DELETE_PROGRESS_EVERY = 1_000;
 /** Entries per chunk of `read`: enough to amortize the consumer's round trips, small enough to yield to requests. */
 const READ_CHUNK_ENTRIES = 256;
 /** The watchdog looks at each follower this often. */
@@ -204,13 +214,44 @@ export class JetStreamEventLog implements EventLog {
   }
 
   async append(partition: number, records: readonly FoldRecord[], batchId: string): Promise<Appended> {
+    return this.publish(partition, JSON.stringify(records), batchId);
+  }
+
+  /**
+   * Publishes an erase marker for a deleted project into its partition (same retries as append; `markerId` is its
+   * msg-id, so a retry is stored once). Returns its sequence: the fold drops the project there.
+   */
+  async appendEraseMarker(partition: number, projectId: string, markerId: string): Promise<Appended> {
+    return this.publish(partition, '[]', markerId, { [CONTROL_HEADER]: CONTROL_ERASE, [ERASE_HEADER]: projectId });
+  }
+
+  /**
+   * Removes messages by sequence, overwriting their bytes on the servers (`erase`, not just unlinking them). A
+   * message already gone counts as removed (an erasure finished again after a crash). Returns how many were removed now.
+   */
+  async deleteMessages(seqs: readonly number[], onProgress?: (done: number) => void): Promise<number> {
+    let removed = 0;
+    let done = 0;
+    for (const seq of seqs) {
+      try {
+        if (await this.jsm.streams.deleteMessage(this.names.stream, seq, true)) removed++;
+      } catch (err) {
+        if (!/no message found|not found/i.test(err instanceof Error ? err.message : String(err))) throw err;
+      }
+      done++;
+      if (onProgress && done % DELETE_PROGRESS_EVERY === 0) onProgress(done);
+    }
+    return removed;
+  }
+
+  private async publish(partition: number, body: string, batchId: string, extra: Record<string, string> = {}): Promise<Appended> {
     const subject = this.subject(partition);
-    const body = JSON.stringify(records);
     const deadline = Date.now() + this.deadlineMs;
     let pause = RETRY_FIRST_MS;
     for (let attempt = 1; ; attempt++) {
       const h = headers();
       h.set(FORMAT_HEADER, FORMAT_JSON);
+      for (const [k, v] of Object.entries(extra)) h.set(k, v);
       try {
         const ack = await this.js.publish(subject, body, { msgID: batchId, headers: h, timeout: Math.max(1, Math.min(PUBLISH_ATTEMPT_TIMEOUT_MS, deadline - Date.now())) });
         return { seq: ack.seq, duplicate: ack.duplicate === true };
@@ -276,7 +317,13 @@ export class JetStreamEventLog implements EventLog {
     }
     if (!Array.isArray(records)) return new BadLogMessage(m.seq, 'body is not an array of records');
     const batchId = m.headers?.get('Nats-Msg-Id');
-    return batchId ? { seq: m.seq, records: records as FoldRecord[], batchId } : { seq: m.seq, records: records as FoldRecord[] };
+    const e: LogEntry = batchId ? { seq: m.seq, records: records as FoldRecord[], batchId } : { seq: m.seq, records: records as FoldRecord[] };
+    if (m.headers?.get(CONTROL_HEADER) === CONTROL_ERASE) {
+      const projectId = m.headers.get(ERASE_HEADER);
+      if (!projectId || records.length > 0) return new BadLogMessage(m.seq, `an erase marker names no project or carries records`);
+      e.erase = projectId;
+    }
+    return e;
   }
 
   /** An ordered consumer of one partition from `fromSeq` on, pulling by bytes. */

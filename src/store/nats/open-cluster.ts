@@ -9,6 +9,7 @@ import { NatsLeaseStore } from './owners.ts';
 import { ReadRpc } from './read-rpc.ts';
 import { KvSealedStore } from './sealed.ts';
 import { KvUsage } from './usage.ts';
+import { KvErasures } from './erasures.ts';
 
 /**
  * Everything a cluster node holds on NATS, opened in the order the design needs (CLUSTER.md §2, §4): the resources
@@ -41,6 +42,7 @@ export interface ClusterStore {
   reads: ReadRpc;
   usage: KvUsage;
   sealed: KvSealedStore;
+  erasures: KvErasures;
   nc: NatsConnection;
   partitionOf(projectId: string): number;
   batchIdFor(projectId: string, records: readonly LogRecord[]): string;
@@ -64,8 +66,11 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
       log: o.log,
       consumerPrefix: `analytics_${o.nodeId}`,
     });
-    const catalog = await KvCatalog.open(res.catalog, { log: o.log });
+    const erasures = await KvErasures.open(res.catalog, o.log);
+    const catalog = await KvCatalog.open(res.catalog, { log: o.log, beforeDeleteProject: (id) => erasures.begin(id) });
     const snapshots = await ObjectSnapshotStore.open(nc, res.names.snapshots, o.dataDir, { log: o.log });
+    // Every node drops its local snapshot copies below an erasure's floor as soon as it is raised (or at start).
+    erasures.onFloor((n, seq) => snapshots.setFloor(n, seq));
     const usage = await KvUsage.open(res.usage, o.log);
     const sealed = await KvSealedStore.open(res.sealed, res.names.sealed, o.dataDir, { log: o.log });
     const reads = new ReadRpc(nc, { subjectPrefix: res.names.readSubjectPrefix, onError: (err) => o.log(`forwarded read: ${err instanceof Error ? err.message : String(err)}`) });
@@ -80,12 +85,14 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
       reads,
       usage,
       sealed,
+      erasures,
       nc,
       partitionOf: (projectId) => partitionOf(projectId, P),
       batchIdFor,
       async close() {
         reads.close();
         usage.close();
+        erasures.close();
         await catalog.close();
         await sealed.close();
         for (const c of [...follows, nc]) await c.drain().catch(() => c.close());

@@ -1,4 +1,4 @@
-import { createReadStream, createWriteStream, existsSync, mkdirSync, openSync, closeSync, readSync, fstatSync, renameSync, rmSync, appendFileSync, fsyncSync } from 'node:fs';
+import { createReadStream, createWriteStream, existsSync, mkdirSync, openSync, closeSync, readdirSync, readSync, fstatSync, renameSync, rmSync, appendFileSync, fsyncSync } from 'node:fs';
 import path from 'node:path';
 import { Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -99,6 +99,11 @@ export interface ObjectSnapshotStoreOptions {
 export class ObjectSnapshotStore implements SnapshotStore {
   private readonly files = new Map<number, SnapshotFiles>();
   private readonly root: string;
+  /**
+   * Per partition, the erase floor (src/store/nats/erasures.ts): snapshots below it may hold an erased project, so
+   * they are never loaded or stored again, and are removed from the local cache (and, by prune, the object store).
+   */
+  private readonly floors = new Map<number, number>();
 
   private constructor(
     readonly os: ObjectStore,
@@ -139,9 +144,51 @@ export class ObjectSnapshotStore implements SnapshotStore {
     return path.join(this.root, `p${String(partition).padStart(2, '0')}`, 'snapshots', localName(seq));
   }
 
+  /** Raises partition n's erase floor: local snapshot files below it are removed now (objects: see removeObjectsBelow). */
+  setFloor(partition: number, seq: number): void {
+    if (seq <= (this.floors.get(partition) ?? 0)) return;
+    this.floors.set(partition, seq);
+    this.removeLocalBelow(partition, seq);
+  }
+
+  private removeLocalBelow(partition: number, seq: number): number {
+    const dir = path.join(this.root, `p${String(partition).padStart(2, '0')}`, 'snapshots');
+    if (!existsSync(dir)) return 0;
+    let n = 0;
+    for (const f of readdirSync(dir)) {
+      const m = /^snapshot-(\d{16})\.bin(\.tmp)?$/.exec(f);
+      if (m && Number(m[1]) < seq) {
+        rmSync(path.join(dir, f), { force: true });
+        n++;
+      }
+    }
+    return n;
+  }
+
+  /** Deletes the partition's snapshot objects below `seq` (an erasure); returns how many. */
+  async removeObjectsBelow(partition: number, seq: number): Promise<number> {
+    let n = 0;
+    for (const s of await this.objectSeqs(partition)) {
+      if (s >= seq) continue;
+      try {
+        await this.os.delete(snapshotObjectName(partition, s));
+        n++;
+      } catch (err) {
+        if (!/not found/i.test(err instanceof Error ? err.message : String(err))) throw err; // pruned meanwhile
+      }
+    }
+    return n;
+  }
+
   async write(partition: number, data: SnapshotData, lastBatchId?: string): Promise<{ bytes: number }> {
     const files = this.local(partition);
     const { file, bytes } = await files.write(data);
+    if (data.lastSeq < (this.floors.get(partition) ?? 0)) {
+      // folded before an erase marker (written while the marker was on its way): it may hold the erased project
+      rmSync(file, { force: true });
+      this.log(`snapshot ${snapshotObjectName(partition, data.lastSeq)} not stored: below the partition's erase floor`);
+      return { bytes: 0 };
+    }
     if (lastBatchId !== undefined) {
       appendFileSync(file, trailer(lastBatchId));
       const fd = openSync(file, 'r+');
@@ -153,6 +200,7 @@ export class ObjectSnapshotStore implements SnapshotStore {
     }
     const name = snapshotObjectName(partition, data.lastSeq);
     await this.os.put({ name, description: `partition ${partition} state as of stream sequence ${data.lastSeq}` }, Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>);
+    if (data.lastSeq < (this.floors.get(partition) ?? 0)) rmSync(file, { force: true }); // the floor rose during the put: prune removes the object
     await this.prune(partition);
     return { bytes };
   }
@@ -168,7 +216,9 @@ export class ObjectSnapshotStore implements SnapshotStore {
   }
 
   private async prune(partition: number): Promise<void> {
-    for (const seq of (await this.objectSeqs(partition)).slice(SNAPSHOTS_KEPT)) {
+    const floor = this.floors.get(partition) ?? 0;
+    const seqs = await this.objectSeqs(partition);
+    for (const seq of [...seqs.slice(SNAPSHOTS_KEPT), ...seqs.slice(0, SNAPSHOTS_KEPT).filter((s) => s < floor)]) {
       await this.os.delete(snapshotObjectName(partition, seq)).catch((err: unknown) => {
         this.log(`old snapshot ${snapshotObjectName(partition, seq)} not deleted (next write retries): ${err instanceof Error ? err.message : String(err)}`);
       });
@@ -227,8 +277,13 @@ export class ObjectSnapshotStore implements SnapshotStore {
       remote = new Set();
     }
     const seqs = [...new Set([...remote, ...local])].sort((x, y) => y - x);
+    const floor = this.floors.get(partition) ?? 0;
     for (const seq of seqs) {
       const name = snapshotObjectName(partition, seq);
+      if (seq < floor) {
+        onSkip(name, `older than the partition's erase floor ${floor} (a deleted project's erasure)`);
+        continue;
+      }
       if (seq > maxSeq) {
         onSkip(name, `covers records beyond the log's last sequence ${maxSeq}`);
         continue;

