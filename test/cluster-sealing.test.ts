@@ -169,6 +169,28 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   await sameAsSingle(c, 'a new node c');
   assert.ok(c.engine.stats().liveDays <= 1, `node c restored ${c.engine.stats().liveDays} live days from the snapshot`);
   assert.ok(c.engine.stats().sealedDays > HISTORY_DAYS, 'node c mirrored the sealed days');
+
+  // Deleting the quiet project removes its sealed days from the bucket and every copy: a new copy holds none of them.
+  const before = c.engine.stats().sealedDays;
+  const del = await api(c.url, `/projects/${quiet.project.id}`, { key: adminKey, method: 'DELETE' });
+  assert.equal(del.status, 200, JSON.stringify(del.body));
+  await waitFor('the quiet project\'s sealed days gone from node c', async () => (c.engine.stats().sealedDays === before - (HISTORY_DAYS + 1) ? true : undefined), 10_000);
+  const nc = await connect({ servers: cluster.urls });
+  try {
+    const res = await ensureResources(nc, { tag, maxStreamBytes: TEST_STREAM_BYTES });
+    const d = mkdtempSync(path.join(tmpdir(), 'sealed-after-delete-'));
+    dirs.push(d);
+    const copy = await KvSealedStore.open(res.sealed, res.names.sealed, d, { log: () => {} });
+    try {
+      await copy.caughtUp();
+      assert.equal(copy.days(quiet.project.id, from, to).length, 0, 'no sealed day of the deleted project in the bucket');
+      assert.equal(copy.days(pc.project.id, from, to).length, HISTORY_DAYS + 1, 'the other project keeps its sealed days');
+    } finally {
+      await copy.close();
+    }
+  } finally {
+    await nc.close();
+  }
 });
 
 function visit(day: string, page: string, rt: number, p = 'p'): StoredEvent {
