@@ -42,6 +42,9 @@ const PARALLEL = 8;
 /** A fresh node on a loaded 2-core machine: mirror, restore, fold. */
 const FRESH_DEADLINE_MS = 180_000;
 
+/** Stream room per event sent (batches of ~400 B events, with headroom): the bench's servers cap file storage at 4 GB. */
+const STREAM_BYTES_PER_EVENT = 1024;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function call(url: string, route: string, key: string, body?: unknown): Promise<{ status: number; body: any }> {
@@ -95,7 +98,7 @@ export async function runClusterHistory(cluster: NatsCluster, tmp: string, p: Hi
       ANALYTICS_ADMIN_KEY: adminKey,
       ANALYTICS_DATA_DIR: dataDir,
       ANALYTICS_FOLD: 'all',
-      ANALYTICS_MAX_STREAM_BYTES: String(1024 ** 3),
+      ANALYTICS_MAX_STREAM_BYTES: String(Math.max(64 * 2 ** 20, p.projects * p.days * p.eventsPerDay * STREAM_BYTES_PER_EVENT)),
       ANALYTICS_RATE_PER_KEY: '1000000000',
       ANALYTICS_BURST_PER_KEY: '1000000000',
       ANALYTICS_RATE_PER_IP: '1000000000',
