@@ -619,11 +619,12 @@ export async function runCluster(tmp: string, p: ClusterParams, progress: Progre
     nodes.splice(nodes.indexOf(owner2), 1);
     const owners = { takeoverMs, handoverMs, localReads: localReads.latency, forwardedReads: forwardedReads.latency };
 
-    progress.next(`stream-leader kills: ${p.kills}, under ${KILL_APPENDERS} appenders`);
-    const kills = await benchKills(cluster, p, progress, notes);
-
+    // Before the kills: a server restarted after a kill refused new streams ("insufficient storage") in one run.
     progress.next(`history: ${p.history.projects} projects × ${p.history.days} days, all live, then sealed (in-process node, moved clock)`);
     const history = await runClusterHistory(cluster, tmp, p.history, progress);
+
+    progress.next(`stream-leader kills: ${p.kills}, under ${KILL_APPENDERS} appenders`);
+    const kills = await benchKills(cluster, p, progress, notes);
 
     return {
       pubAck,
