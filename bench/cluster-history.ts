@@ -6,6 +6,9 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { loadConfig } from '../src/config.ts';
 import { startService, type RunningService } from '../src/service.ts';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connectNats } from '../src/store/nats/connect.ts';
+import { resourceNames } from '../src/store/nats/resources.ts';
 import type { NatsCluster } from '../test/nats-cluster.ts';
 import type { Progress } from './lib/progress.ts';
 import { wireEvents } from './state/generate-events.ts';
@@ -180,6 +183,10 @@ export async function runClusterHistory(cluster: NatsCluster, tmp: string, p: Hi
     return { events: sent, live, sealed, freshNode };
   } finally {
     for (const n of nodes.reverse()) await n.stop().catch(() => {});
+    // Free its stream's storage reservation on the bench's servers (the later sections create their own).
+    const nc = await connectNats(cluster.urlList, 'bench-history-cleanup');
+    await (await jetstreamManager(nc)).streams.delete(resourceNames(tag).stream).catch(() => false);
+    await nc.close();
   }
 }
 
