@@ -43,8 +43,6 @@ export interface Backend {
   health(startedAt: number): Pick<HealthView, 'log'> & { ready: boolean };
   /** this node's share of every rate bucket is 1 / rateShare() (cluster: the live members; one node: 1) */
   rateShare(): number;
-  /** why a project cannot be deleted in this mode, or undefined */
-  deleteRefusal(): string | undefined;
   /** the backend's timers (snapshots, prunes, probes); `every` unrefs and logs failures */
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void;
   /** waits for in-flight writes, writes the final snapshot(s), closes storage */

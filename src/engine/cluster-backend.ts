@@ -579,10 +579,6 @@ export class ClusterBackend implements Backend {
     await this.erasure.erase(projectId);
   }
 
-  deleteRefusal(): undefined {
-    return undefined;
-  }
-
   async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
     const key = config.adminKey;
     if (key === undefined) throw new Error('cluster mode needs ANALYTICS_ADMIN_KEY'); // config.ts refuses this earlier

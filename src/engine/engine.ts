@@ -449,8 +449,6 @@ export class Engine implements AnalyticsEngine {
     const gate = this.admitProject(meta, projectId);
     if (!gate.ok) return gate;
     const { rate } = gate.value;
-    const refusal = this.backend.deleteRefusal();
-    if (refusal !== undefined) return fail('conflict', refusal, {}, rate);
     // Gone for every request from here on: its keys answer 401, its metrics 404, nothing more is appended for it.
     this.projects.delete(projectId);
     const removed = await this.write(() => this.catalog.deleteProject(projectId), rate);

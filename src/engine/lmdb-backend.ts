@@ -199,10 +199,6 @@ export class LmdbBackend implements Backend {
     return 1;
   }
 
-  deleteRefusal(): undefined {
-    return undefined;
-  }
-
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
     every(PRUNE_EVERY_MS, async () => {
