@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
 import type { KeyRecord, ProjectRecord } from '../src/store/log-store.ts';
 import { KvCatalog } from '../src/store/nats/catalog.ts';
+import { KvErasures } from '../src/store/nats/erasures.ts';
 import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
 import { ensureResources, partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { KvSalts } from '../src/store/nats/salts.ts';
@@ -157,6 +158,35 @@ describe('the KV catalog', { concurrency: true }, () => {
       await cb.close();
     } finally {
       await ca.close();
+    }
+  });
+});
+
+describe('erase floors', () => {
+  test("a floor raised through one connection reaches another node's catalog mirror, and floors only rise", async () => {
+    const res = await ensureResources(a, { tag: tag(), maxStreamBytes: TEST_STREAM_BYTES });
+    const kvB = await new Kvm(b).open(res.names.catalog);
+    const ea = await KvErasures.open(res.catalog, () => {});
+    const eb = await KvErasures.open(kvB, () => {});
+    const cb = await KvCatalog.open(kvB, { onOtherKey: (e) => eb.applyEntry(e) });
+    const seen: Array<[number, number]> = [];
+    eb.onFloor((n, seq) => seen.push([n, seq]));
+    try {
+      await cb.ready();
+      await ea.raiseFloor(2, 40);
+      await waitFor('B to see the floor', () => eb.floor(2) === 40, MIRROR_WAIT_MS);
+      await ea.raiseFloor(2, 30); // lower: stays 40
+      await ea.raiseFloor(3, 7);
+      await waitFor('B to see the second partition', () => eb.floor(3) === 7, MIRROR_WAIT_MS);
+      assert.equal(eb.floor(2), 40);
+      assert.deepEqual(seen, [[2, 40], [3, 7]]);
+      const late = await KvErasures.open(kvB, () => {}); // a node starting later reads them at once
+      assert.equal(late.floor(2), 40);
+      late.close();
+    } finally {
+      ea.close();
+      eb.close();
+      await cb.close();
     }
   });
 });

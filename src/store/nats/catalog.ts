@@ -56,15 +56,20 @@ export class KvCatalog implements Catalog {
     readonly kv: KV,
     private readonly log: (line: string) => void,
     private readonly beforeDelete: ((projectId: string) => Promise<void>) | undefined,
+    private readonly onOtherKey: ((e: KvEntry) => void) | undefined,
   ) {}
 
   /**
    * Starts the mirror; await `ready()` before serving (health answers 503 until then). `beforeDeleteProject`: runs
-   * before a project is deleted (cluster: records its pending erasure, so a crash cannot lose it).
+   * before a project is deleted (cluster: records its pending erasure, so a crash cannot lose it). `onOtherKey`: the
+   * bucket's other entries (cluster: erase floors), delivered by the same stall-checked watch.
    */
-  static async open(kv: KV, opts: { log?: (line: string) => void; beforeDeleteProject?: (projectId: string) => Promise<void> } = {}): Promise<KvCatalog> {
-    const c = new KvCatalog(kv, opts.log ?? (() => {}), opts.beforeDeleteProject);
-    c.mirror = await KvMirror.open(kv, { name: 'catalog mirror', apply: (e) => c.apply(e), log: c.log });
+  static async open(
+    kv: KV,
+    opts: { log?: (line: string) => void; beforeDeleteProject?: (projectId: string) => Promise<void>; onOtherKey?: (e: KvEntry) => void } = {},
+  ): Promise<KvCatalog> {
+    const c = new KvCatalog(kv, opts.log ?? (() => {}), opts.beforeDeleteProject, opts.onOtherKey);
+    c.mirror = await KvMirror.open(kv, { name: 'catalog mirror', apply: (e) => (e.key.startsWith(PROJECT) || e.key.startsWith(KEY) ? c.apply(e) : c.onOtherKey?.(e)), log: c.log });
     return c;
   }
 

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { KV } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
 
 /**
  * The cluster's record of project erasures, in the catalog bucket (src/engine/cluster-erasure.ts does the work):
@@ -10,7 +10,7 @@ import type { KV } from '@nats-io/kv';
  *   `markerSeq` is the newest marker published for it (none yet: publish one).
  * - `erasefloor.<n>` — partition n's erase floor: the newest erase marker's sequence of a finished (or finishing)
  *   erasure there. Snapshots of n below it may hold an erased project: they are deleted and never loaded or written
- *   again, on every node (each node watches these keys).
+ *   again, on every node (each node's catalog mirror applies these keys).
  *
  * Project ids of `[A-Za-z0-9_-]` are used as they are in keys; others base64url after a '=' (like `project.<id>`).
  */
@@ -18,8 +18,6 @@ import type { KV } from '@nats-io/kv';
 const PENDING = 'erase.';
 const FLOOR = 'erasefloor.';
 const SAFE_ID = /^[A-Za-z0-9_-]+$/;
-/** Restart a failed floor watch after this pause (a server restart or a lost connection). */
-const WATCH_RETRY_MS = 1_000;
 
 export interface PendingErasure {
   projectId: string;
@@ -38,23 +36,28 @@ function pendingKey(projectId: string): string {
 export class KvErasures {
   private readonly floors = new Map<number, number>();
   private readonly listeners = new Set<(partition: number, seq: number) => void>();
-  private watcher: { stop(): void } | undefined;
-  private stopped = false;
 
   private constructor(
     private readonly kv: KV,
     private readonly log: (line: string) => void,
   ) {}
 
-  /** Reads every partition's floor (so snapshots loaded right after see them), then watches for raised ones. */
+  /**
+   * Reads every partition's floor (so snapshots loaded right after see them). Raised ones arrive through the catalog
+   * mirror, which watches the same bucket (KvMirror: a stalled watch is replaced): it hands them to `applyEntry`.
+   */
   static async open(kv: KV, log: (line: string) => void): Promise<KvErasures> {
     const e = new KvErasures(kv, log);
     for (const k of await e.keys(`${FLOOR}>`)) {
       const v = await kv.get(k);
       if (v && v.operation === 'PUT') e.applyFloor(k, v.string());
     }
-    await e.watch();
     return e;
+  }
+
+  /** A catalog-bucket entry the catalog mirror does not keep: a raised floor is applied. */
+  applyEntry(e: KvEntry): void {
+    if (e.operation === 'PUT' && e.key.startsWith(FLOOR)) this.applyFloor(e.key, e.string());
   }
 
   private async keys(filter: string): Promise<string[]> {
@@ -75,20 +78,6 @@ export class KvErasures {
         this.log(`erase floor listener failed: ${err instanceof Error ? err.message : String(err)}`);
       }
     }
-  }
-
-  private async watch(): Promise<void> {
-    if (this.stopped) return;
-    const it = await this.kv.watch({ key: `${FLOOR}>` });
-    this.watcher = it;
-    void (async () => {
-      try {
-        for await (const e of it) if (e.operation === 'PUT') this.applyFloor(e.key, e.string());
-      } catch (err) {
-        if (!this.stopped) this.log(`erase floor watch failed: ${err instanceof Error ? err.message : String(err)}`);
-      }
-      if (!this.stopped) setTimeout(() => void this.watch().catch((err: unknown) => this.log(`erase floor watch: ${String(err)}`)), WATCH_RETRY_MS).unref();
-    })();
   }
 
   /** The partition's erase floor (0: none). */
@@ -163,7 +152,6 @@ export class KvErasures {
   }
 
   close(): void {
-    this.stopped = true;
-    this.watcher?.stop();
+    this.listeners.clear();
   }
 }

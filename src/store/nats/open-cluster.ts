@@ -67,7 +67,7 @@ export async function openClusterStore(o: ClusterStoreOptions): Promise<ClusterS
       consumerPrefix: `analytics_${o.nodeId}`,
     });
     const erasures = await KvErasures.open(res.catalog, o.log);
-    const catalog = await KvCatalog.open(res.catalog, { log: o.log, beforeDeleteProject: (id) => erasures.begin(id) });
+    const catalog = await KvCatalog.open(res.catalog, { log: o.log, beforeDeleteProject: (id) => erasures.begin(id), onOtherKey: (e) => erasures.applyEntry(e) });
     const snapshots = await ObjectSnapshotStore.open(nc, res.names.snapshots, o.dataDir, { log: o.log });
     // Every node drops its local snapshot copies below an erasure's floor as soon as it is raised (or at start).
     erasures.onFloor((n, seq) => snapshots.setFloor(n, seq));

@@ -1,4 +1,5 @@
-import type { KV } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
+import { KvMirror } from './kv-mirror.ts';
 
 /**
  * Monthly usage per project, published by partition owners (CLUSTER.md §8) in `analytics_usage_v1` as
@@ -14,8 +15,6 @@ export interface Usage {
 }
 
 const PREFIX = 'usage.';
-/** Restart a failed watch after this pause (a server restart or a lost connection). */
-const WATCH_RETRY_MS = 1_000;
 
 function keyOf(projectId: string, month: string): string {
   return `${PREFIX}${projectId}.${month}`;
@@ -23,43 +22,29 @@ function keyOf(projectId: string, month: string): string {
 
 export class KvUsage {
   private readonly held = new Map<string, Usage>();
-  private stopped = false;
-  private watcher: { stop(): void } | undefined;
+  private mirror!: KvMirror;
 
-  private constructor(
-    private readonly kv: KV,
-    private readonly log: (line: string) => void,
-  ) {}
+  private constructor(private readonly kv: KV) {}
 
+  /** Mirrors the bucket (KvMirror: a stalled watch is replaced, as the catalog's is). */
   static async open(kv: KV, log: (line: string) => void): Promise<KvUsage> {
-    const u = new KvUsage(kv, log);
-    await u.watch();
+    const u = new KvUsage(kv);
+    u.mirror = await KvMirror.open(kv, { name: 'usage mirror', apply: (e) => u.apply(e), log });
     return u;
   }
 
-  private async watch(): Promise<void> {
-    if (this.stopped) return;
-    const it = await this.kv.watch({ key: `${PREFIX}>` });
-    this.watcher = it;
-    void (async () => {
-      try {
-        for await (const e of it) {
-          if (e.operation !== 'PUT') {
-            this.held.delete(e.key);
-            continue;
-          }
-          try {
-            const u = e.json<Usage>();
-            if (Number.isFinite(u.count) && Number.isFinite(u.seq)) this.held.set(e.key, u);
-          } catch {
-            /* not ours: ignored */
-          }
-        }
-      } catch (err) {
-        if (!this.stopped) this.log(`usage watch failed: ${err instanceof Error ? err.message : String(err)}`);
-      }
-      if (!this.stopped) setTimeout(() => void this.watch().catch((err: unknown) => this.log(`usage watch: ${String(err)}`)), WATCH_RETRY_MS).unref();
-    })();
+  private apply(e: KvEntry): void {
+    if (!e.key.startsWith(PREFIX)) return;
+    if (e.operation !== 'PUT') {
+      this.held.delete(e.key);
+      return;
+    }
+    try {
+      const u = e.json<Usage>();
+      if (Number.isFinite(u.count) && Number.isFinite(u.seq)) this.held.set(e.key, u);
+    } catch {
+      /* not ours: ignored */
+    }
   }
 
   get(projectId: string, month: string): Usage | undefined {
@@ -82,7 +67,6 @@ export class KvUsage {
   }
 
   close(): void {
-    this.stopped = true;
-    this.watcher?.stop();
+    void this.mirror.close();
   }
 }
