@@ -154,7 +154,10 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   assert.ok(live <= 2, `live days after sealing: ${live} (owner and standby hold only the one recent day)`);
   for (const i of [1, 2]) {
     // the quiet project got the same history, and not the later event: old ranges answer as the single node's
-    const got = await api(a.url, `/metrics?${queries[i]}`, { key: quiet.keys.secret });
+    const got = await waitFor(`the quiet project: ${queries[i]}`, async () => {
+      const r = await api(a.url, `/metrics?${queries[i]}`, { key: quiet.keys.secret });
+      return r.status === 200 ? r : undefined; // 503 while a partition moves between the nodes
+    }, 20_000);
     assert.deepEqual(comparable(got.body), comparable(want[i]!.body), `the quiet project, sealed by a clock tick, answers ${queries[i]}`);
   }
 

@@ -109,6 +109,33 @@ function isAlreadyInUse(err: unknown): boolean {
   return err instanceof Error && /already in use/i.test(err.message);
 }
 
+/**
+ * A JetStream cluster still forming (servers just started, a meta-leader election) answers creates with "no suitable
+ * peers for placement" (without a reason such as insufficient storage), "temporarily unavailable" or a timeout:
+ * asked again until RESOURCE_CREATE_DEADLINE_MS.
+ */
+function isForming(err: unknown): boolean {
+  const m = err instanceof Error ? err.message : String(err);
+  return (/no suitable peers for placement$/i.test(m.trim()) || /temporarily unavailable|timeout|jetstream is not enabled/i.test(m)) && !/insufficient/i.test(m);
+}
+
+/** How long resource creation waits for a forming JetStream cluster: servers started together elect within seconds. */
+const RESOURCE_CREATE_DEADLINE_MS = 30_000;
+/** Pause between creation attempts while the cluster forms. */
+const RESOURCE_CREATE_RETRY_MS = 500;
+
+async function whileForming<T>(fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + RESOURCE_CREATE_DEADLINE_MS;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isForming(err) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, RESOURCE_CREATE_RETRY_MS));
+    }
+  }
+}
+
 function isNotFound(err: unknown): boolean {
   return err instanceof Error && (err.name === 'StreamNotFoundError' || /not found/i.test(err.message));
 }
@@ -130,7 +157,11 @@ export function streamConfig(names: ResourceNames, opts: ResourceOptions = {}): 
 }
 
 /** Creates the event stream unless it exists (an existing one is used as it is: settings are changed by operators). */
-async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+  return whileForming(() => ensureStreamOnce(jsm, cfg));
+}
+
+async function ensureStreamOnce(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
   try {
     await jsm.streams.info(cfg.name);
     return;
@@ -146,13 +177,15 @@ async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & 
   }
 }
 
-async function ensureKv(kvm: Kvm, name: string, replicas: number): Promise<KV> {
-  try {
-    return await kvm.create(name, { replicas, history: KV_HISTORY, storage: StorageType.File });
-  } catch (err) {
-    if (!isAlreadyInUse(err)) throw err;
-    return kvm.open(name);
-  }
+function ensureKv(kvm: Kvm, name: string, replicas: number): Promise<KV> {
+  return whileForming(async () => {
+    try {
+      return await kvm.create(name, { replicas, history: KV_HISTORY, storage: StorageType.File });
+    } catch (err) {
+      if (!isAlreadyInUse(err)) throw err;
+      return kvm.open(name);
+    }
+  });
 }
 
 /**
@@ -172,9 +205,11 @@ export async function ensureResources(nc: NatsConnection, opts: ResourceOptions 
     ensureKv(kvm, names.owners, replicas),
     ensureKv(kvm, names.usage, replicas),
     ensureKv(kvm, names.sealed, replicas),
-    new Objm(nc).create(names.snapshots, { replicas, storage: StorageType.File }).catch((err: unknown) => {
-      if (!isAlreadyInUse(err)) throw err;
-    }),
+    whileForming(() =>
+      new Objm(nc).create(names.snapshots, { replicas, storage: StorageType.File }).catch((err: unknown) => {
+        if (!isAlreadyInUse(err)) throw err;
+      }),
+    ),
   ]);
   const partitions = await clusterPartitions(catalog, wanted);
   return { names, partitions, catalog, owners, usage, sealed };
