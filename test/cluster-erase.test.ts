@@ -14,7 +14,8 @@ import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
 import { hashKey } from '../src/engine/keys.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
-import { clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type NatsCluster } from './nats-cluster.ts';
+import { waitForValue, clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type NatsCluster } from './nats-cluster.ts';
+
 
 /**
  * Deleting a project in cluster mode erases it everywhere (src/engine/cluster-erasure.ts): real 3-server nats-server
@@ -51,16 +52,6 @@ async function startNode(id: string, tag: string, adminKey: string, opts: { fold
 async function stop(n: Node): Promise<void> {
   await n.svc.stop();
   running.delete(n.svc);
-}
-
-async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, ms: number): Promise<T> {
-  const started = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(50);
-  }
 }
 
 /** The partition's state on a node that folds it (private: what a read would be answered from). */
@@ -150,7 +141,7 @@ describe('deleting a project in cluster mode', () => {
     const today = new Date().toISOString().slice(0, 10);
     // Ownership settles (b joins, then takes its share once ready): the partition's owner unchanged for 3 s.
     let seen: { n: Node; since: number } | undefined;
-    const owner = await waitFor(
+    const owner = await waitForValue(
       'a settled owner of the partition',
       () => {
         const n = [a, b].find((x) => x.backend.serving().includes(part));
@@ -176,7 +167,7 @@ describe('deleting a project in cluster mode', () => {
 
     // Positive controls: the data is where the erasure must remove it from.
     const usageKv = await new Kvm(nc).open(`analytics_usage_v1_${tag}`);
-    await waitFor('the victim usage entry', async () => ((await usageKv.get(`usage.${victim.project.id}.${today.slice(0, 7)}`))?.operation === 'PUT' ? true : undefined), 5_000);
+    await waitForValue('the victim usage entry', async () => ((await usageKv.get(`usage.${victim.project.id}.${today.slice(0, 7)}`))?.operation === 'PUT' ? true : undefined), 5_000);
     assert.ok((await streamMessages(tag)).some((m) => m.body.includes(secret)));
     assert.ok([...(await snapshotObjects(tag)).values()].some((s) => s.includes(secret)), 'a snapshot object holds the victim before');
     assert.ok(filesHolding(owner.dataDir, secret).length > 0, "the owner's local snapshot copy holds the victim before");
@@ -193,7 +184,7 @@ describe('deleting a project in cluster mode', () => {
       assert.equal((await read(n, victim)).status, 401);
       assert.deepEqual((await read(n, neighbour)).body, before, `the neighbour is untouched on ${n.id}`);
     }
-    const st = await waitFor('the owner folding the partition', () => stateOf(owner, part), 5_000);
+    const st = await waitForValue('the owner folding the partition', () => stateOf(owner, part), 5_000);
     assert.equal(st.projects.has(victim.project.id), false, 'the owner dropped its state');
     assert.equal(st.projects.has(neighbour.project.id), true);
 
@@ -205,7 +196,7 @@ describe('deleting a project in cluster mode', () => {
     );
     assert.ok(msgs.some((m) => m.erase === victim.project.id), 'the erase marker is in the stream');
     assert.ok(msgs.some((m) => m.body.includes('keep')), "the neighbour's messages stay");
-    const objects = await waitFor(
+    const objects = await waitForValue(
       'a fresh snapshot of the partition without the victim',
       async () => {
         const o = await snapshotObjects(tag);
@@ -217,19 +208,19 @@ describe('deleting a project in cluster mode', () => {
       assert.ok(!body.includes(secret) && !body.includes(victim.project.id), `snapshot object ${name} holds no trace of it`);
     }
     assert.ok([...objects.values()].some((s) => s.includes('keep')), "the fresh snapshot holds the neighbour");
-    for (const n of [a, b]) assert.deepEqual(await waitFor(`${n.id}'s local copies`, () => (filesHolding(n.dataDir, secret).length === 0 ? [] : undefined), 5_000), []);
+    for (const n of [a, b]) assert.deepEqual(await waitForValue(`${n.id}'s local copies`, () => (filesHolding(n.dataDir, secret).length === 0 ? [] : undefined), 5_000), []);
     assert.notEqual((await usageKv.get(`usage.${victim.project.id}.${today.slice(0, 7)}`))?.operation, 'PUT', 'its usage entry is gone');
     const catalogKv = await new Kvm(nc).open(`analytics_catalog_v1_${tag}`);
     assert.notEqual((await catalogKv.get(`erase.${victim.project.id}`))?.operation, 'PUT', 'no pending erasure is left');
 
     // Restarts: the partition moves to the other node and back; nothing of the victim comes back.
     await stop(owner);
-    const st2 = await waitFor('the survivor folding the partition', () => (other.backend.serving().includes(part) ? stateOf(other, part) : undefined), 20_000);
+    const st2 = await waitForValue('the survivor folding the partition', () => (other.backend.serving().includes(part) ? stateOf(other, part) : undefined), 20_000);
     assert.equal(st2.projects.has(victim.project.id), false);
     assert.deepEqual((await read(other, neighbour)).body, before);
     const back = await startNode(owner.id, tag, key, { dataDir: owner.dataDir });
     await stop(other);
-    const st3 = await waitFor('the restarted node folding the partition', () => (back.backend.serving().includes(part) ? stateOf(back, part) : undefined), 20_000);
+    const st3 = await waitForValue('the restarted node folding the partition', () => (back.backend.serving().includes(part) ? stateOf(back, part) : undefined), 20_000);
     assert.equal(st3.projects.has(victim.project.id), false);
     assert.deepEqual((await read(back, neighbour)).body, before);
     assert.equal((await api(back.url, `/metrics?projectId=${victim.project.id}&date=${today}`, { key })).status, 404);
@@ -261,7 +252,7 @@ describe('deleting a project in cluster mode', () => {
     const h = headers();
     h.set('Analytics-Format', '1');
     await jetstream(nc).publish(`analytics.v1_${tag}.events.${part}`, JSON.stringify([rec]), { headers: h, msgID: `r:${late}` });
-    await waitFor('the late batch folded', () => (stateOf(a, part)?.projects.has(p.project.id) ? true : undefined), 5_000);
+    await waitForValue('the late batch folded', () => (stateOf(a, part)?.projects.has(p.project.id) ? true : undefined), 5_000);
     const catalogKv = await new Kvm(nc).open(`analytics_catalog_v1_${tag}`);
     await catalogKv.put(`erase.${p.project.id}`, JSON.stringify({ projectId: p.project.id, token: 'late-test', markerSeq: marker.seq }));
 
@@ -304,18 +295,18 @@ describe('deleting a project in cluster mode', () => {
       b.backend.erasure.staleMs = 300;
       const pendingLeft = async () => (await catalogKv.get(`erase.${p.project.id}`))?.operation === 'PUT';
       // (a call returns at once while b's own timer round is running: call again until b finished it)
-      await waitFor('b finishing it', async () => (await b.backend.erasure.finishPending(false), (await pendingLeft()) ? undefined : true), 10_000);
+      await waitForValue('b finishing it', async () => (await b.backend.erasure.finishPending(false), (await pendingLeft()) ? undefined : true), 10_000);
       assert.ok(b.logs.some((l) => l.includes('finishing an interrupted erasure')), b.logs.join('\n'));
     }
     const a2 = await startNode('a', tag, key, { fold: 'all', dataDir: a.dataDir });
-    await waitFor('the pending erasure finished', async () => ((await catalogKv.get(`erase.${p.project.id}`))?.operation === 'PUT' ? undefined : true), 15_000);
+    await waitForValue('the pending erasure finished', async () => ((await catalogKv.get(`erase.${p.project.id}`))?.operation === 'PUT' ? undefined : true), 15_000);
     const by = finisher === 'the other node on its timer' ? b : a2;
     assert.ok(by.logs.some((l) => l.includes('finishing an interrupted erasure')), by.logs.join('\n'));
     assert.deepEqual((await streamMessages(tag)).filter((m) => m.body.includes(secret)).map((m) => m.seq), []);
     for (const n of [a2, b]) {
-      const st = await waitFor(`${n.id} folding`, () => stateOf(n, part), 5_000);
+      const st = await waitForValue(`${n.id} folding`, () => stateOf(n, part), 5_000);
       assert.equal(st.projects.has(p.project.id), false, `${n.id} dropped the project`);
-      assert.deepEqual(await waitFor(`${n.id}'s local copies`, () => (filesHolding(n.dataDir, secret).length === 0 ? [] : undefined), 5_000), []);
+      assert.deepEqual(await waitForValue(`${n.id}'s local copies`, () => (filesHolding(n.dataDir, secret).length === 0 ? [] : undefined), 5_000), []);
     }
     for (const body of (await snapshotObjects(tag)).values()) assert.ok(!body.includes(secret));
     await Promise.all([stop(a2), stop(b)]);

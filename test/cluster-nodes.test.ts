@@ -11,7 +11,7 @@ import { loadConfig } from '../src/config.ts';
 import { AnalyticsClient } from '../src/grpc/client.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
-import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+import { comparable, clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
 /**
  * Cluster mode with ANALYTICS_FOLD=all (CLUSTER.md §11 tests 2, 3, 6, 7): in-process service nodes on port 0 with
@@ -79,12 +79,6 @@ async function keyWorks(url: string, key: string, ms = 5_000): Promise<number> {
 
 function metricsOf(url: string, key: string, q: string) {
   return api(url, `/metrics?${q}`, { key });
-}
-
-/** The answer without what names the project (two services give the same events different project ids). */
-function comparable(body: Record<string, unknown>): unknown {
-  const { projectId: _p, ...rest } = body;
-  return rest;
 }
 
 before(async () => {

@@ -14,7 +14,8 @@ import { ensureResources } from '../src/store/nats/resources.ts';
 import { KvSealedStore } from '../src/store/nats/sealed.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject } from './helpers.ts';
-import { clusterNodeEnv, startNatsCluster, TEST_STREAM_BYTES, type NatsCluster } from './nats-cluster.ts';
+import { comparable, waitForValue, clusterNodeEnv, startNatsCluster, TEST_STREAM_BYTES, type NatsCluster } from './nats-cluster.ts';
+
 
 /**
  * Sealing in cluster mode: days whose window closed leave every node's heap and partition snapshots for the shared
@@ -23,7 +24,6 @@ import { clusterNodeEnv, startNatsCluster, TEST_STREAM_BYTES, type NatsCluster }
  * longer carries the sealed days.
  */
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const DAY_MS = 86_400_000;
 /** Days of history sent (the oldest 24 days back: inside the 31 days an event may be late). */
 const HISTORY_DAYS = 24;
@@ -48,21 +48,6 @@ async function startNode(id: string, tag: string, adminKey: string, fold: 'all' 
 async function stop(svc: RunningService): Promise<void> {
   await svc.stop();
   running.splice(running.indexOf(svc), 1);
-}
-
-async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
-  const started = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() - started > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
-function comparable(body: Record<string, unknown>): unknown {
-  const { projectId: _p, ...rest } = body;
-  return rest;
 }
 
 before(async () => {
@@ -130,7 +115,7 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   /** Every node answers every query as the single node does (reads retried while the partition moves). */
   const sameAsSingle = async (svc: RunningService, who: string) => {
     for (let i = 0; i < queries.length; i++) {
-      const got = await waitFor(`${who}: ${queries[i]}`, async () => {
+      const got = await waitForValue(`${who}: ${queries[i]}`, async () => {
         const r = await api(svc.url, `/metrics?${queries[i]}`, { key: pc.keys.secret });
         return r.status === 200 ? r : undefined;
       }, 20_000);
@@ -143,7 +128,7 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   await sameAsSingle(a, 'node a');
   await sameAsSingle(b, 'node b');
   // The quiet partition's lease holder ticks its clock (its timer does so within a minute of an hour's silence).
-  const quietRange = await waitFor('the quiet project sealed', async () => {
+  const quietRange = await waitForValue('the quiet project sealed', async () => {
     // asked each round: a lease holder whose partition is moving or catching up skips it (its timer would ask again)
     await Promise.all([backendOf(a).tickIdle(), backendOf(b).tickIdle()]);
     await Promise.all([a.engine.sealingIdle(), b.engine.sealingIdle()]);
@@ -151,11 +136,11 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   }, 20_000);
   assert.equal(quietRange, true);
   const live = a.engine.stats().liveDays + b.engine.stats().liveDays;
-  await waitFor('both copies hold the sealed days', async () => (a.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) && b.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) ? true : undefined), 10_000);
+  await waitForValue('both copies hold the sealed days', async () => (a.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) && b.engine.stats().sealedDays >= 2 * (HISTORY_DAYS + 1) ? true : undefined), 10_000);
   assert.ok(live <= 2, `live days after sealing: ${live} (owner and standby hold only the one recent day)`);
   for (const i of [1, 2]) {
     // the quiet project got the same history, and not the later event: old ranges answer as the single node's
-    const got = await waitFor(`the quiet project: ${queries[i]}`, async () => {
+    const got = await waitForValue(`the quiet project: ${queries[i]}`, async () => {
       const r = await api(a.url, `/metrics?${queries[i]}`, { key: quiet.keys.secret });
       return r.status === 200 ? r : undefined; // 503 while a partition moves between the nodes
     }, 20_000);
@@ -178,7 +163,7 @@ test('cluster nodes seal closed days into the shared bucket: the heap keeps only
   const before = c.engine.stats().sealedDays;
   const del = await api(c.url, `/projects/${quiet.project.id}`, { key: adminKey, method: 'DELETE' });
   assert.equal(del.status, 200, JSON.stringify(del.body));
-  await waitFor('the quiet project\'s sealed days gone from node c', async () => (c.engine.stats().sealedDays === before - (HISTORY_DAYS + 1) ? true : undefined), 10_000);
+  await waitForValue('the quiet project\'s sealed days gone from node c', async () => (c.engine.stats().sealedDays === before - (HISTORY_DAYS + 1) ? true : undefined), 10_000);
   const nc = await connect({ servers: cluster.urls });
   try {
     const res = await ensureResources(nc, { tag, maxStreamBytes: TEST_STREAM_BYTES });

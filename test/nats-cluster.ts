@@ -201,3 +201,20 @@ export function clusterNodeEnv(opts: {
     ...(opts.fold ? { ANALYTICS_FOLD: opts.fold } : {}),
   };
 }
+
+/** Polls `fn` every 50 ms until it gives a value; fails naming `what` after `ms`. */
+export async function waitForValue<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, ms: number): Promise<T> {
+  const started = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() - started > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** A metrics answer without what names the project (two services give the same events different project ids). */
+export function comparable(body: Record<string, unknown>): unknown {
+  const { projectId: _p, ...rest } = body;
+  return rest;
+}
