@@ -62,7 +62,20 @@ async function httpJson(port: number, pathAndQuery: string): Promise<{ status: n
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Attempts at starting a cluster: a port picked free can be taken by a parallel test file before nats-server binds it. */
+const START_ATTEMPTS = 3;
+
 export async function startNatsCluster(): Promise<NatsCluster> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startNatsClusterOnce();
+    } catch (err) {
+      if (attempt >= START_ATTEMPTS) throw err;
+    }
+  }
+}
+
+async function startNatsClusterOnce(): Promise<NatsCluster> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nats-cluster-'));
   const servers: NatsServerInfo[] = [];
   for (let i = 1; i <= 3; i++) {
@@ -112,13 +125,19 @@ export async function startNatsCluster(): Promise<NatsCluster> {
       } catch {
         /* not up yet */
       }
+      if (s.proc && s.proc.exitCode !== null) throw new Error(`nats-server ${s.name} exited (${s.proc.exitCode}; log: ${dir}/${s.name}.log)`);
       if (Date.now() > deadline) throw new Error(`nats-server ${s.name} not ready within ${READY_DEADLINE_MS} ms (log: ${dir}/${s.name}.log)`);
       await sleep(50);
     }
   };
 
   for (let i = 0; i < 3; i++) await start(i);
-  await Promise.all(servers.map((_, i) => waitReady(i)));
+  try {
+    await Promise.all(servers.map((_, i) => waitReady(i)));
+  } catch (err) {
+    for (const sv of servers) if (sv.proc && sv.proc.exitCode === null) sv.proc.kill('SIGKILL');
+    throw err;
+  }
 
   const urlList = servers.map((s) => `nats://127.0.0.1:${s.client}`);
   const cluster: NatsCluster = {
