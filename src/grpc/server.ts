@@ -264,6 +264,8 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       socket.pause();
       socket.unshift(head.length === 1 ? head[0]! : Buffer.concat(head, bytes));
       injected.add(socket);
+      // grpc-js owns it from here and the guard can no longer close it: never a candidate to make room
+      guard.note(socket, 'busy');
       injector.injectConnection(socket);
     };
     socket.on('data', onData);

@@ -223,12 +223,15 @@ export class HttpFace {
     this.started.add(socket);
     this.active.add(res);
     this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    this.guard.note(socket, 'busy');
     if (this.closing) res.setHeader('Connection', 'close');
     res.once('close', () => {
       this.active.delete(res);
       const n = (this.busy.get(socket) ?? 1) - 1;
-      if (n <= 0) this.busy.delete(socket);
-      else this.busy.set(socket, n);
+      if (n <= 0) {
+        this.busy.delete(socket);
+        this.guard.note(socket, 'idle');
+      } else this.busy.set(socket, n);
       if (this.closing) socket.destroySoon();
     });
     void this.handle(req, res);
