@@ -18,7 +18,8 @@ import { cards, dailyTable, liveTile, noun, recent, tiles } from './view.ts';
 /**
  * The dashboard: sign in with a key, pick a project (admin keys), a range and filters, show the figures for them
  * (figures.ts). The key lives in sessionStorage (this tab only) and leaves the page only in Authorization headers;
- * the view lives in the address (state.ts).
+ * the view lives in the address (state.ts). This file is long because it is the page's one life cycle: sign-in,
+ * the shell, loading and drawing a view, and the filter and funnel actions that change it.
  */
 
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */
@@ -250,6 +251,8 @@ async function load(projectChanged = false): Promise<void> {
     s.projectId = boot.value.projectId;
     today = todayIn(s.timezone) ?? boot.value.to;
   }
+  // Once per project shown: asked first, so the view's own requests are the last ones.
+  if (projectChanged) void allowance(s, today);
   const st = view();
   const range: Range = st.preset !== 'custom' ? rangeOf(st.preset, today) : { from: st.from!, to: st.to! };
   let f: Figures;
@@ -278,7 +281,6 @@ async function load(projectChanged = false): Promise<void> {
   render(f, today, range);
   byId('loading').textContent = `Showing ${rangeLabel(f.from, f.to)}${st.filters.length ? `, filtered by ${st.filters.map(said).join(' and ')}` : ''}.`;
   if (projectChanged) startLive(() => session && { key: session.key, projectId: session.admin ? session.projectId : undefined });
-  void allowance(s, today, seq);
 }
 
 function said(f: ViewFilter): string {
@@ -286,12 +288,13 @@ function said(f: ViewFilter): string {
 }
 
 /** A project near or over its monthly allowance says so: its new events are being refused (429 quota_exceeded). */
-async function allowance(s: SignedIn, today: string, seq: number): Promise<void> {
-  const el = document.getElementById('quota');
+async function allowance(s: SignedIn, today: string): Promise<void> {
   const quota = s.projects?.find((p) => p.id === s.projectId)?.monthly_quota;
-  if (!el || !quota) return;
+  const projectId = s.projectId;
+  if (!quota) return;
   const r = await get<Metrics>('metrics', s.key, { from: `${today.slice(0, 8)}01`, to: today, projectId: s.admin ? s.projectId : undefined });
-  if (seq !== loadSeq || !r.ok) return;
+  const el = document.getElementById('quota');
+  if (!el || !r.ok || session !== s || s.projectId !== projectId) return;
   // The allowance counts every stored event, bots included.
   const used = Object.values(r.value.events).reduce((a, b) => a + b, 0) + (r.value.bots ?? 0);
   if (used < quota * QUOTA_WARN_SHARE) return void (el.hidden = true);
