@@ -1,3 +1,4 @@
+// long because every rule of the contract meets here (gates, ingest, reads, lifecycle); questions live in questions.ts.
 import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
@@ -11,6 +12,7 @@ import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Backend } from './backend.ts';
 import { ClusterBackend } from './cluster-backend.ts';
+import { QuestionDesk } from './questions.ts';
 import { LmdbBackend } from './lmdb-backend.ts';
 import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
@@ -32,6 +34,10 @@ import type {
   CreatedProject,
   EngineError,
   ErrorDetail,
+  FunnelResponse,
+  Gate,
+  GoalView,
+  QueryResponse,
   HealthView,
   IngestAck,
   KeyIdentity,
@@ -88,6 +94,7 @@ export class Engine implements AnalyticsEngine {
   private readonly log: (line: string) => void;
   private ops: OperatorMetrics | undefined;
   private readonly catalog: Catalog;
+  private readonly desk: QuestionDesk;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -107,6 +114,22 @@ export class Engine implements AnalyticsEngine {
     // Changes made on another node (cluster), or here: the project list follows the catalog.
     this.catalog.onChange(({ kind, id }) => {
       if (kind === 'project') this.syncProject(id);
+    });
+    this.desk = new QuestionDesk({
+      admitRead: async (meta, projectId) => {
+        if (this.config.cluster) await this.refreshUnknownKey(meta);
+        return this.admitRead(meta, projectId);
+      },
+      admitProject: (meta, projectId) => this.admitProject(meta, projectId),
+      project: (id) => this.projects.get(id),
+      saveProject: async (next, rate) => {
+        const failed = await this.write(() => this.catalog.putProject(next, []), rate);
+        if (!failed && this.projects.has(next.id)) this.projects.set(next.id, next); // a delete may have raced the write
+        return failed;
+      },
+      questions: () => this.backend.questions,
+      now: () => this.now(),
+      closing: () => this.closing,
     });
   }
 
@@ -297,6 +320,28 @@ export class Engine implements AnalyticsEngine {
     const out = await this.backend.read({ kind: 'realtime', projectId: project.id, now: this.now() });
     if ('unavailable' in out) return fail('unavailable', out.unavailable, { retryAfterSeconds: 1 }, rate);
     return { ok: true, value: out.value as RealtimeResponse, rate };
+  }
+
+  // ---------------------------------------------------------------- questions and goals (src/engine/questions.ts)
+
+  query(meta: RequestMeta, body: unknown): Promise<Outcome<QueryResponse>> {
+    return this.desk.query(meta, body);
+  }
+
+  funnel(meta: RequestMeta, body: unknown): Promise<Outcome<FunnelResponse>> {
+    return this.desk.funnel(meta, body);
+  }
+
+  listGoals(meta: RequestMeta, projectId: string): Promise<Outcome<{ goals: GoalView[] }>> {
+    return this.desk.listGoals(meta, projectId);
+  }
+
+  createGoal(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ goal: GoalView }>> {
+    return this.desk.createGoal(meta, projectId, body);
+  }
+
+  deleteGoal(meta: RequestMeta, projectId: string, goalId: string): Promise<Outcome<{ ok: true }>> {
+    return this.desk.deleteGoal(meta, projectId, goalId);
   }
 
   /** The gate of the reads: an sk_ key for its own project, or an admin key naming one, from an allowed origin. */
@@ -625,6 +670,15 @@ export class Engine implements AnalyticsEngine {
     return { ok: true, value: { project, rate } };
   }
 
+  /** The gate of a read whose project is not known yet (a body that did not parse): any key but pk_. */
+  private admitReader(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
+    const admitted = this.admit(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
+    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read with the sk_ or rk_ key', {}, rate);
+    return admitted;
+  }
+
   /** The gate of GET and POST /projects: an admin or secret key, within its limits, from an allowed origin. */
   private admitManage(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
     const admitted = this.admit(meta);
@@ -656,9 +710,9 @@ export class Engine implements AnalyticsEngine {
    * endpoint's gate first: a bad key answers 401 before a bad body, and every authenticated answer costs a token and
    * carries RateLimit-* headers, whatever was wrong with the body.
    */
-  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Fail {
+  refuse(meta: RequestMeta, endpoint: Gate, error: EngineError): Fail {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : this.admitManage(meta);
+    const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : endpoint === 'read' ? this.admitReader(meta) : this.admitManage(meta);
     if (!admitted.ok) return admitted;
     return fail(error.code, error.message, error, admitted.value.rate);
   }

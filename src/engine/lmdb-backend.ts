@@ -6,12 +6,15 @@ import { sealedSource } from '../core/sealed-source.ts';
 import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
+import type { QueryEngine } from '../core/query/types.ts';
+import { ColumnStore } from '../store/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
 import type { RememberedIds } from '../store/remembered-ids.ts';
 import type { SealedStore } from '../store/sealed-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import type { Backend, ReadRefusal, ReadView } from './backend.ts';
+import { COLUMN_FLUSH_MS, ColumnProjection } from './column-projection.ts';
 import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
@@ -45,6 +48,8 @@ export class LmdbBackend implements Backend {
   private readonly sealedStore: SealedStore;
   private readonly ids: RememberedIds;
   private readonly view: ReadView;
+  /** the column store: answers POST /query and funnels */
+  readonly questions: QueryEngine;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -55,7 +60,9 @@ export class LmdbBackend implements Backend {
     private readonly now: () => number,
     private readonly log: (line: string) => void,
     private readonly ops: OperatorMetrics | undefined,
+    private readonly columns: ColumnProjection,
   ) {
+    this.questions = columns;
     this.catalog = new LmdbCatalog(store);
     // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
     const known = new Set(store.listProjects().map((p) => p.id));
@@ -87,7 +94,12 @@ export class LmdbBackend implements Backend {
       now: now(),
     });
     const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
-    return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops);
+    // The columns replay the log after their own marker (at most a flush interval of events, or everything when the
+    // columns file is new).
+    const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
+    const replayed = await columns.replay(store.readAfter(columns.marker()));
+    if (replayed > 0) await columns.flush();
+    return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops, columns);
   }
 
   /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet. */
@@ -125,6 +137,7 @@ export class LmdbBackend implements Backend {
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
         for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
+        this.columns.fold(first, records);
         this.sealer.kick();
         this.storageOk = true;
         ok = true;
@@ -155,6 +168,7 @@ export class LmdbBackend implements Backend {
     this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
     await this.sealer.idle();
     const n = await this.store.eraseProjectEvents(projectId);
+    await this.columns.erase(projectId);
     this.state.projects.delete(projectId);
     this.pendingIds.delete(projectId);
     this.pendingCounts.delete(projectId);
@@ -201,6 +215,7 @@ export class LmdbBackend implements Backend {
 
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
+    every(COLUMN_FLUSH_MS, () => this.columns.flush());
     every(PRUNE_EVERY_MS, async () => {
       await this.ids.expire(this.now());
       await this.applyRetention();
@@ -220,6 +235,7 @@ export class LmdbBackend implements Backend {
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
     await this.snapshotter.close();
+    await this.columns.close();
     await this.ids.stop();
     await this.store.close();
   }
@@ -239,7 +255,8 @@ export class LmdbBackend implements Backend {
     const days = this.config.logRetentionDays;
     if (days === undefined) return 0;
     const cutoff = this.now() - days * DAY_MS;
-    const limit = this.snapshotter.oldestKeptSeq();
+    // never past the columns' marker either: a restart replays the columns from it
+    const limit = Math.min(this.snapshotter.oldestKeptSeq(), this.columns.marker());
     let keepFrom = this.store.logStart();
     for (;;) {
       let n = 0;

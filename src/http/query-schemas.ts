@@ -36,6 +36,10 @@ export const QUERY_SCHEMAS = {
   '/projects/{id}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
   '/projects/{id}/keys': { GET: z.strictObject({}), POST: z.strictObject({}) },
   '/projects/{id}/keys/{keyId}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
+  '/projects/{id}/goals': { GET: z.strictObject({}), POST: z.strictObject({}) },
+  '/projects/{id}/goals/{goalId}': { DELETE: z.strictObject({}) },
+  '/query': { POST: z.strictObject({}) },
+  '/query/funnel': { POST: z.strictObject({}) },
   '/mcp': { POST: z.strictObject({}) },
 } as const satisfies Record<string, Record<string, z.ZodObject>>;
 

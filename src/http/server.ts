@@ -8,6 +8,7 @@ import {
   type EngineError,
   type ErrorCode,
   type Failure,
+  type Gate,
   type Outcome,
   type RateInfo,
   type RequestMeta,
@@ -17,6 +18,7 @@ import { serveMcp } from '../mcp/http-endpoint.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
+import { MAX_QUERY_BODY_BYTES } from '../core/query/schema.ts';
 import { openApiDocument } from './openapi.ts';
 import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
@@ -70,11 +72,15 @@ type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Reco
 const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
 const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
 const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
+const GOALS_ROUTE = /^\/projects\/([^/]+)\/goals$/;
+const GOAL_ROUTE = /^\/projects\/([^/]+)\/goals\/([^/]+)$/;
 /** Route templates: query schemas and metrics labels are per template (never per id: that would be unbounded). */
 const PARAM_TEMPLATES = new Map([
   [PROJECT_ROUTE, '/projects/{id}'],
   [KEYS_ROUTE, '/projects/{id}/keys'],
   [KEY_ROUTE, '/projects/{id}/keys/{keyId}'],
+  [GOALS_ROUTE, '/projects/{id}/goals'],
+  [GOAL_ROUTE, '/projects/{id}/goals/{goalId}'],
 ]);
 
 export function statusOf(code: ErrorCode): number {
@@ -136,6 +142,8 @@ export class HttpFace {
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
+      '/query': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.query(meta, body)) },
+      '/query/funnel': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.funnel(meta, body)) },
       '/health': { GET: (_req, res) => this.health(res) },
       '/mcp': {
         POST: (req, res) =>
@@ -156,6 +164,13 @@ export class HttpFace {
       [KEY_ROUTE, {
         PATCH: (req, res, _url, _query, [id, keyId]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
         DELETE: (req, res, _url, _query, [id, keyId]) => this.manage(req, res, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
+      }],
+      [GOALS_ROUTE, {
+        GET: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.listGoals(meta, id!)),
+        POST: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.createGoal(meta, id!, body)),
+      }],
+      [GOAL_ROUTE, {
+        DELETE: (req, res, _url, _query, [id, goalId]) => this.manage(req, res, (meta) => this.engine.deleteGoal(meta, id!, goalId!)),
       }],
     ];
     this.server = createServer(
@@ -348,6 +363,16 @@ export class HttpFace {
     return this.send(res, out);
   }
 
+  /** POST /query and /query/funnel: a JSON body of at most 64 KiB, behind the read gate. */
+  private async question(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req, MAX_QUERY_BODY_BYTES);
+    if (!body.ok) return this.refuse(req, res, meta, 'read', body);
+    const out = await call(meta, body.value);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
   private async createProject(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.meta(req);
     const body = await this.readJson(req);
@@ -391,7 +416,7 @@ export class HttpFace {
   }
 
   /** Reads and parses a JSON body; a failure says what to answer once the caller has passed the gate. */
-  private async readJson(req: IncomingMessage): Promise<JsonBody> {
+  private async readJson(req: IncomingMessage, maxBytes?: number): Promise<JsonBody> {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/json' && type !== 'text/plain') {
       req.resume();
@@ -402,7 +427,7 @@ export class HttpFace {
       req.resume();
       return wireFail('unsupported_media_type', 'send the body plain or with Content-Encoding: gzip');
     }
-    const body = await readBody(req, encoding);
+    const body = await readBody(req, encoding, maxBytes);
     if (!body.ok) {
       if (body.reason === 'aborted') return { ...wireFail('invalid_request', body.message), aborted: true };
       // the rest of a body that does not inflate is unread: answer, then close the connection
@@ -426,7 +451,7 @@ export class HttpFace {
   }
 
   /** Answers a body the face could not use, after the engine's gate (401/403/429 win over a bad body). */
-  private refuse(req: IncomingMessage, res: ServerResponse, meta: RequestMeta, endpoint: 'ingest' | 'manage', body: JsonFailure): void {
+  private refuse(req: IncomingMessage, res: ServerResponse, meta: RequestMeta, endpoint: Gate, body: JsonFailure): void {
     if (body.aborted) return; // the client went away mid-body: nobody to answer
     const out = this.engine.refuse(meta, endpoint, body.error);
     if (body.tooLarge) {

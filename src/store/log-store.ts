@@ -6,6 +6,7 @@ import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
 import { RememberedIds, type IdKey } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
+import type { Goal } from '../core/query/types.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
@@ -31,6 +32,8 @@ export interface ProjectRecord {
   rate?: { perKey?: number; burstPerKey?: number; perIp?: number; burstPerIp?: number };
   /** eventParams keys counted per value (PATCH or create) */
   trackedProps?: string[];
+  /** the project's goals (POST /projects/{id}/goals), kept with the project so both catalogs store them and a delete erases them */
+  goals?: Goal[];
 }
 
 export type KeyKind = 'admin' | 'secret' | 'publishable' | 'read';
