@@ -156,7 +156,7 @@ test('a single day charts its 24 hours (time:hour) and the legend agrees with th
   assert.equal(await page.locator('.legend [data-series="1"] b').innerText(), await tile(page, 'users'));
   const h = await query({ date: day(NOW), metrics: ['pageviews'], dimensions: ['time:hour'], limit: 24 });
   assert.equal(h.results.length, 24);
-  assert.deepEqual(await page.locator('table[data-table=daily] tbody td:nth-child(3)').allInnerTexts(), await fmt(page, h.results.map((r) => r.metrics[0]!)));
+  assert.deepEqual(await page.locator('table[data-table=daily] tbody td:nth-child(3)').allTextContents(), await fmt(page, h.results.map((r) => r.metrics[0]!)));
 
   await page.getByLabel('Date range').selectOption('7d');
   await page.locator('#chart[data-unit=day]').waitFor({ timeout: WAIT_MS });
