@@ -38,7 +38,7 @@ export function funnelCard(c: FunnelContext): { el: HTMLElement; show(result: Fu
     const groups: Array<[string, string[]]> = [['Goals', c.choices.goals.map((g) => `goal:${g}`)], ['Pages', c.choices.pages.map((p) => `page:${p}`)], ['Events', c.choices.events.map((e) => `event:${e}`)]];
     // A step from the address that is not among today's choices is still offered.
     if (chosen && !groups.some(([, xs]) => xs.includes(chosen))) groups.unshift(['Chosen', [chosen]]);
-    return groups.filter(([, xs]) => xs.length > 0).map(([label, xs]) => h('optgroup', { label }, ...xs.map((x) => h('option', { value: x, selected: x === chosen }, stepLabel(x).replace(/^\w+: /, '')))));
+    return groups.filter(([, xs]) => xs.length > 0).map(([label, xs]) => h('optgroup', { label }, ...xs.map((x) => h('option', { value: x, selected: x === chosen }, stepLabel(x)))));
   };
   const all = [...c.choices.goals.map((g) => `goal:${g}`), ...c.choices.pages.map((p) => `page:${p}`), ...c.choices.events.map((e) => `event:${e}`)];
   const initial = c.steps.length >= MIN_STEPS ? c.steps : all.slice(0, MIN_STEPS);
@@ -78,9 +78,8 @@ export function funnelCard(c: FunnelContext): { el: HTMLElement; show(result: Fu
     'section',
     { class: 'card wide', id: 'funnel', 'aria-labelledby': heading },
     h('div', { class: 'card-head' }, h('h2', { id: heading }, 'Funnel')),
-    form,
     c.skipped.length ? h('p', { class: 'hint' }, `A funnel takes visit filters only; not applied here: ${c.skipped.join(', ')}.`) : null,
-    result,
+    h('div', { class: 'funnel-body' }, form, result),
   );
   const show = (r: FunnelStepFigure[] | string) => {
     if (typeof r === 'string') return void result.replaceChildren(h('p', { class: 'error' }, r));
