@@ -352,7 +352,7 @@ export class Engine implements AnalyticsEngine {
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ or rk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
-      if (!requested) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
+      if (!requested) return fail('invalid_request', 'admin keys must name the project: projectId (the ?projectId= parameter, or the field of a POST /query body)', {}, rate);
       projectId = requested;
     } else {
       if (requested !== undefined && requested !== key.projectId) {

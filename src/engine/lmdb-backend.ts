@@ -255,7 +255,8 @@ export class LmdbBackend implements Backend {
     const days = this.config.logRetentionDays;
     if (days === undefined) return 0;
     const cutoff = this.now() - days * DAY_MS;
-    // never past the columns' marker either: a restart replays the columns from it
+    // never past the columns' marker either (a restart replays the columns from it): seal them first
+    await this.columns.flush();
     const limit = Math.min(this.snapshotter.oldestKeptSeq(), this.columns.marker());
     let keepFrom = this.store.logStart();
     for (;;) {

@@ -1,3 +1,4 @@
+// long because every route's wire handling (bodies, CORS, headers, shutdown drain) is one class; the rules are in the engine.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { guardJson } from '../core/json-guard.ts';

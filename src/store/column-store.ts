@@ -120,14 +120,15 @@ export class ColumnStore {
   }
 
   /**
-   * Rebuild: removes every segment that holds an event at or after `fromSeq` (the log still has those) and sets the
-   * marker below it; segments wholly older than the log (retention trimmed it) stay, they are the only history left.
+   * Rebuild: removes every segment that starts at or after `fromSeq` (the log still has all of it) and sets the marker
+   * below it. Segments that start before (retention trimmed the log there) stay: they are the only history left, and
+   * the fold skips the events they already hold.
    */
   async clearFrom(fromSeq: number): Promise<number> {
     let n = 0;
     await this.root.transaction(() => {
       for (const { key, value } of this.segs.getRange()) {
-        if (fromSeq > 1 && decodeSegment(value).lastSeq < fromSeq) continue;
+        if (fromSeq > 1 && decodeSegment(value).firstSeq < fromSeq) continue;
         this.segs.removeSync(key);
         n++;
       }
