@@ -73,13 +73,13 @@ export class Realtime {
   /**
    * `ts`: the event's time; `rt`: its receive time; `path` counts only for a page view (`pageview` true). `newest`:
    * the newest receive time folded (any project's); a minute more than REALTIME_KEPT_MS before it is not counted, so
-   * prune() may drop such buckets at any time without changing what a later fold does.
+   * prune() may drop such buckets at any time without changing what a later fold does. True when it was counted.
    */
-  add(ts: number, rt: number, session: number, pageview: boolean, path: string, source: string, newest = rt): void {
+  add(ts: number, rt: number, session: number, pageview: boolean, path: string, source: string, newest = rt): boolean {
     const m = Math.floor(Math.min(ts, rt) / MINUTE_MS);
-    if (m < keptFrom(newest)) return;
+    if (m < keptFrom(newest)) return false;
     const b = this.bucket(m);
-    if (!b) return;
+    if (!b) return false;
     if (b.sessions.get(session) < 0) {
       if (b.sessions.size < REALTIME_SESSIONS_PER_MINUTE) b.sessions.set(session, b.sourceIndex(source));
       else {
@@ -91,6 +91,7 @@ export class Realtime {
       b.pageviews++;
       b.pages.add(path);
     }
+    return true;
   }
 
   /**

@@ -200,8 +200,7 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
-  p.realtime.add(e.ts, e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt);
-  state.realtimeHeld.add(p);
+  if (p.realtime.add(e.ts, e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt)) state.realtimeHeld.add(p);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }
