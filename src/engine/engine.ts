@@ -763,7 +763,7 @@ export class Engine implements AnalyticsEngine {
 }
 
 /** A Bearer token that names no live key: cut short, mistyped, revoked or never issued (the caller did send one). */
-const UNKNOWN_KEY = 'the API key is unknown or revoked (check it was copied whole; a revoked key stays refused)';
+const UNKNOWN_KEY = 'unknown or revoked API key (check it was copied whole; a revoked key stays refused)';
 
 /** The 429 of a used-up allowance names the setting and both ways to raise it. */
 function quotaMessage(projectId: string, quota: number, used: number): string {
