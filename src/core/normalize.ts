@@ -1,6 +1,6 @@
 import { dayOf } from './dates.ts';
 import type { EventInput } from './event-schema.ts';
-import { KNOWN_FIELDS } from './event-schema.ts';
+import { isoMillis, KNOWN_FIELDS } from './event-schema.ts';
 import { MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
 import type { LineItem, Scalar, StoredEvent } from './types.ts';
 
@@ -36,7 +36,13 @@ const known = new Set<string>(KNOWN_FIELDS);
 export function normalizeEvent(input: EventInput, ctx: NormalizeContext): NormalizeResult {
   const ts = eventTime(input.timestamp, ctx.now);
   if (ts === undefined) return { ok: false, path: 'timestamp', message: 'not a valid time' };
-  if (ts < ctx.now - MAX_PAST_MS) return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past' };
+  if (ts < ctx.now - MAX_PAST_MS) {
+    // A clock in seconds (Unix time) reads as 1970 in milliseconds: say so rather than "in the past".
+    if (typeof input.timestamp === 'number' && inWindow(ts * 1000, ctx.now)) {
+      return { ok: false, path: 'timestamp', message: `looks like seconds since epoch (${ts}); milliseconds since epoch are expected (${ts * 1000})` };
+    }
+    return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past' };
+  }
   if (ts > ctx.now + MAX_FUTURE_MS) return { ok: false, path: 'timestamp', message: 'is more than 5 minutes in the future' };
 
   const url = input.url ?? '';
@@ -81,9 +87,13 @@ export function normalizeEvent(input: EventInput, ctx: NormalizeContext): Normal
   return { ok: true, event: out };
 }
 
+function inWindow(ms: number, now: number): boolean {
+  return ms >= now - MAX_PAST_MS && ms <= now + MAX_FUTURE_MS;
+}
+
 function eventTime(t: number | string | undefined, now: number): number | undefined {
   if (t === undefined) return now;
-  const ms = typeof t === 'number' ? t : Date.parse(t);
+  const ms = typeof t === 'number' ? t : isoMillis(t);
   return Number.isFinite(ms) ? ms : undefined;
 }
 

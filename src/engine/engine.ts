@@ -14,7 +14,7 @@ import type { Backend } from './backend.ts';
 import { ClusterBackend } from './cluster-backend.ts';
 import { QuestionDesk } from './questions.ts';
 import { LmdbBackend } from './lmdb-backend.ts';
-import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
+import { bearerKey, bearerToken, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
 import {
   CreateKeySchema,
@@ -278,7 +278,7 @@ export class Engine implements AnalyticsEngine {
       const used = this.backend.usedThisMonth(project.id, now);
       if (used + stored > quota) {
         const reset = nextUtcMonthStart(now);
-        return fail('quota_exceeded', `the monthly allowance of ${quota} events is used up (${used} stored this month)`, {
+        return fail('quota_exceeded', quotaMessage(project.id, quota, used), {
           retryAfterSeconds: Math.max(1, Math.ceil((reset - now) / 1000)),
         }, rate);
       }
@@ -603,10 +603,13 @@ export class Engine implements AnalyticsEngine {
 
   private authenticate(meta: RequestMeta): Outcome<Principal> {
     const key = bearerKey(meta.authorization);
-    if (key === undefined) return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
+    if (key === undefined) {
+      if (bearerToken(meta.authorization) !== undefined) return fail('unauthorized', UNKNOWN_KEY, {}, this.unspentRate());
+      return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
+    }
     const keyHash = hashKey(key);
     const record = this.catalog.key(keyHash);
-    if (!record) return fail('unauthorized', 'unknown or revoked API key', {}, this.unspentRate());
+    if (!record) return fail('unauthorized', UNKNOWN_KEY, {}, this.unspentRate());
     if (!isLive(record, this.now())) return fail('unauthorized', 'the API key has expired', {}, this.unspentRate());
     if (record.projectId !== undefined && !this.projects.has(record.projectId)) {
       return fail('unauthorized', 'the key\'s project was deleted', {}, this.unspentRate());
@@ -811,6 +814,18 @@ export class Engine implements AnalyticsEngine {
   async snapshotNow(): Promise<void> {
     await this.backend.snapshotNow();
   }
+}
+
+/** A Bearer token that names no live key: cut short, mistyped, revoked or never issued (the caller did send one). */
+const UNKNOWN_KEY = 'unknown or revoked API key (check it was copied whole; a revoked key stays refused)';
+
+/** The 429 of a used-up allowance names the setting and both ways to raise it. */
+function quotaMessage(projectId: string, quota: number, used: number): string {
+  return (
+    `the project's monthly_quota of ${quota} events is used up (${used} stored this month; it resets at the start of ` +
+    `the next UTC month). Raise it with PATCH /projects/${projectId} {"monthly_quota": N} (0 means unlimited) or ` +
+    `npx analytics projects update ${projectId} --quota N`
+  );
 }
 
 function byCreation(a: ProjectRecord, b: ProjectRecord): number {

@@ -297,6 +297,12 @@ export function openApiDocument(version: string): Json {
           security: [],
           responses: { '200': json(ref('Health'), 'serving'), '503': json(ref('Health'), 'storage cannot be written, or shutting down') },
         },
+        head: {
+          operationId: 'healthHead',
+          summary: 'As GET /health, without a body',
+          security: [],
+          responses: { '200': { description: 'serving' }, '503': { description: 'storage cannot be written, or shutting down' } },
+        },
       },
       '/script.js': {
         get: {
@@ -307,6 +313,12 @@ export function openApiDocument(version: string): Json {
             '200': { description: 'JavaScript', content: { 'application/javascript': { schema: { type: 'string' } } } },
             '304': { description: 'not modified (If-None-Match)' },
           },
+        },
+        head: {
+          operationId: 'trackerScriptHead',
+          summary: 'As GET /script.js, without a body',
+          security: [],
+          responses: { '200': { description: 'JavaScript' }, '304': { description: 'not modified (If-None-Match)' } },
         },
       },
       '/dashboard': {

@@ -145,13 +145,14 @@ export class HttpFace {
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
       '/query': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.query(meta, body)) },
       '/query/funnel': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.funnel(meta, body)) },
-      '/health': { GET: (_req, res) => this.health(res) },
+      // HEAD answers as GET (same status and headers); Node's response leaves the body out for a HEAD request.
+      '/health': { GET: (_req, res) => this.health(res), HEAD: (_req, res) => this.health(res) },
       '/mcp': {
         POST: (req, res) =>
           serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
       },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
-      '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
+      '/script.js': { GET: (req, res) => this.script(req, res, undefined), HEAD: (req, res) => this.script(req, res, undefined) },
     };
     this.paramRoutes = [
       [PROJECT_ROUTE, {
@@ -259,7 +260,7 @@ export class HttpFace {
       this.cors(req, res);
       if (req.method === 'OPTIONS') return this.preflight(req, res, url.pathname);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
-      if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
+      if (scriptMatch && (req.method === 'GET' || req.method === 'HEAD')) return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
       let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : isDashboardPath(url.pathname) ? '/dashboard' : 'unknown';
@@ -410,13 +411,13 @@ export class HttpFace {
       res.writeHead(304).end();
       return;
     }
-    const headers: Record<string, string> = { 'Content-Type': 'application/javascript; charset=utf-8' };
-    if (/\bgzip\b/.test(req.headers['accept-encoding'] ?? '')) {
-      headers['Content-Encoding'] = 'gzip';
-      res.writeHead(200, headers).end(build.gzip);
-    } else {
-      res.writeHead(200, headers).end(build.code);
-    }
+    const headers: Record<string, string | number> = { 'Content-Type': 'application/javascript; charset=utf-8' };
+    // Content-Length is set here, not left to end(): a HEAD answer (no body) carries the same headers as GET.
+    const gzip = /\bgzip\b/.test(req.headers['accept-encoding'] ?? '');
+    const body = gzip ? build.gzip : build.code;
+    if (gzip) headers['Content-Encoding'] = 'gzip';
+    headers['Content-Length'] = Buffer.byteLength(body);
+    res.writeHead(200, headers).end(body);
   }
 
   /** Reads and parses a JSON body; a failure says what to answer once the caller has passed the gate. */

@@ -68,7 +68,7 @@ export class SnapshotFiles {
         else if ('key' in d) {
           if (d.bytes) own(d.bytes);
         } else if ('sessions' in d) {
-          transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
+          for (const t of [d.sessions.keys, d.sessions.values, d.users.keys, d.users.values, d.visits.keys, d.visits.visitors, d.visits.firsts]) transfer.push(t.buffer as ArrayBuffer);
         }
       }
     }
