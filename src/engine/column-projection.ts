@@ -76,6 +76,19 @@ export class ColumnProjection implements QueryEngine {
     if (this.openEvents >= OPEN_EVENTS_BOUND && !this.flushing) void this.flush().catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`));
   }
 
+  /** A replay consumer (recovery.ts): folds one record, and seals the open segments when they reach their bound. */
+  replayConsumer(): { after: number; fold(seq: number, record: LogRecord): Promise<void> | undefined } {
+    const one: LogRecord[] = [];
+    return {
+      after: this.marker(),
+      fold: (seq, record) => {
+        one[0] = record;
+        this.fold(seq, one);
+        return this.openEvents >= OPEN_EVENTS_BOUND ? this.flush() : undefined;
+      },
+    };
+  }
+
   /** At start: the log after the marker, into open segments (flushed as they reach the bound). */
   async replay(records: Iterable<{ seq: number; record: LogRecord }>): Promise<number> {
     let n = 0;

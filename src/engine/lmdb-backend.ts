@@ -87,18 +87,20 @@ export class LmdbBackend implements Backend {
   static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
     const store = LogStore.open(config.dataDir, config.durability, { log });
     const files = new SnapshotFiles(config.dataDir);
-    const state = recoverState(store, files, log);
+    const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
+    const state = await recoverState(store, files, log, [columns.replayConsumer()]);
     const enricher = await createEnricher({
       geoDbPath: config.geoDbPath,
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
     const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
-    // The columns replay the log after their own marker (at most a flush interval of events, or everything when the
-    // columns file is new).
-    const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
-    const replayed = await columns.replay(store.readAfter(columns.marker()));
-    if (replayed > 0) await columns.flush();
+    // The columns caught up in the same pass (from their own marker: at most a flush interval of events, or everything
+    // when the columns file is new). Sealing them now is an optimisation: on a full disk the open segments wait in the
+    // heap for the next flush, and the service starts anyway (health tells what a write gets).
+    if (columns.openCount() > 0) {
+      await columns.flush().catch((err: unknown) => log(`sealing column segments at start failed (retried on the next flush): ${err instanceof Error ? err.message : String(err)}`));
+    }
     return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops, columns);
   }
 
