@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
+import { DataDirHeld } from './store/data-dir-lock.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;
@@ -54,6 +55,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  console.error('failed to start:', err);
+  // Another process holds the data directory: the message names both; a stack would only hide it.
+  console.error('failed to start:', err instanceof DataDirHeld ? err.message : err);
   process.exit(1);
 });
