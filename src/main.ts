@@ -21,7 +21,10 @@ async function main(): Promise<void> {
   }
   const service = await startService(config);
   if (!config.quiet) {
-    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}`);
+    const metricsUrl = new URL('/metrics', service.url);
+    metricsUrl.port = String(service.metricsPort);
+    const metrics = service.metricsPort === undefined ? '' : `  operator metrics ${metricsUrl.href}`;
+    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}${metrics}`);
   }
   let firstSignalAt: number | undefined;
   const shutdown = (signal: string) => {

@@ -108,7 +108,9 @@ test('a second service, rebuild and repair are refused beside a live service; ch
     // kill -9: the kernel releases the hold; the next start takes the directory with nothing cleaned by hand
     first.proc.kill('SIGKILL');
     await exited(first.proc);
-    third = await startServiceProcess(dir, ADMIN);
+    third = await startServiceProcess(dir, ADMIN, { METRICS_PORT: '0' });
+    // the startup line names every listener, the operator metrics too when METRICS_PORT is set
+    assert.match(third.output(), /operator metrics http:\/\/127\.0\.0\.1:\d+\/metrics/);
     const named = JSON.parse(readFileSync(path.join(dir, HOLDER_FILE), 'utf8')) as { pid: number };
     assert.equal(named.pid, third.proc.pid);
     assert.equal((await askHolder(dir))?.pid, third.proc.pid);

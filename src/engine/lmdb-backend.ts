@@ -86,6 +86,7 @@ export class LmdbBackend implements Backend {
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
+    ops?.snapshotOnDisk(files.newestBytes());
     const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
     return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops);
   }
