@@ -10,6 +10,9 @@ import path from 'node:path';
  * with the holder's pid and command line, and HOLDER_FILE in the directory names the holder for people (and for the
  * refusal message, which is built synchronously because LogStore.open is synchronous).
  *
+ * Abstract sockets exist on Linux only (the platform the service is deployed on); elsewhere (a developer's macOS)
+ * no hold is taken, rather than refusing every start.
+ *
  * Within one process the hold is counted: a store opened again on a directory this process already holds (repair
  * reopening, tests restarting a service in-process) shares it, and the last release lets it go.
  */
@@ -79,6 +82,7 @@ export function holdDataDir(dataDir: string): string {
     mine.count++;
     return real;
   }
+  if (process.platform !== 'linux') return real;
   const file = path.join(real, HOLDER_FILE);
   const me = whoAmI();
   const server = net.createServer((socket) => {
