@@ -20,42 +20,59 @@ export default async function* reporter(source) {
   const counts = new Map();
   const finished = [];
   const done = new Set();
+  /** files whose end has come but whose tests may still be reported (see below), with that end's event */
+  const pending = new Map();
+  /** the file whose tests are being reported now */
+  let current;
   const started = performance.now();
   const countFor = (file) => {
     let c = counts.get(file);
     if (!c) counts.set(file, (c = { pass: 0, fail: 0, skip: 0 }));
     return c;
   };
+  const finish = (file, type, data) => {
+    pending.delete(file);
+    if (done.has(file)) return '';
+    done.add(file);
+    const c = countFor(file);
+    const seconds = (data.details?.duration_ms ?? 0) / 1000;
+    const failed = type === 'test:fail' || data.details?.passed === false;
+    finished.push({ file: rel(file), seconds });
+    const place = TOTAL_FILES > 0 ? `${String(finished.length).padStart(String(TOTAL_FILES).length)}/${TOTAL_FILES}` : `${finished.length}`;
+    const tally = `${c.pass} passed${c.fail ? `, ${c.fail} failed` : ''}${c.skip ? `, ${c.skip} skipped` : ''}`;
+    const elapsed = Math.round((performance.now() - started) / 1000);
+    if (failed && c.fail === 0) failures.push(fileFailure(data, stderr));
+    return `${place} ${!failed && c.fail === 0 ? 'ok  ' : 'FAIL'} ${rel(file)}  ${tally}  ${seconds.toFixed(1)} s  (run ${elapsed} s)\n`;
+  };
   for await (const event of source) {
     const { type, data } = event;
-    // A file is the test at nesting 0 named after the file itself (process isolation runs each file as one test);
-    // Node 20 reports its end as test:complete only, later versions as test:pass/test:fail too: the first one counts.
-    const isFile =
-      (type === 'test:complete' || type === 'test:pass' || type === 'test:fail') && data.nesting === 0 && data.file && isSameFile(data.name, data.file);
+    // A file is the test at nesting 0 named after the file itself (process isolation runs each file as one test).
+    const isFile = data?.nesting === 0 && data.file && isSameFile(data.name, data.file);
     if (type === 'test:stderr' && data.file) {
       stderr.set(data.file, ((stderr.get(data.file) ?? '') + data.message).slice(-MAX_STDERR_CHARS));
-    } else if (isFile) {
-      if (done.has(data.file)) continue;
-      done.add(data.file);
-      const c = countFor(data.file);
-      const seconds = (data.details?.duration_ms ?? 0) / 1000;
-      const failed = type === 'test:fail' || (type === 'test:complete' && data.details?.passed === false) || data.passed === false;
-      const ok = !failed && c.fail === 0;
-      finished.push({ file: rel(data.file), seconds });
-      const place = TOTAL_FILES > 0 ? `${String(finished.length).padStart(String(TOTAL_FILES).length)}/${TOTAL_FILES}` : `${finished.length}`;
-      const tally = `${c.pass} passed${c.fail ? `, ${c.fail} failed` : ''}${c.skip ? `, ${c.skip} skipped` : ''}`;
-      const elapsed = Math.round((performance.now() - started) / 1000);
-      yield `${place} ${ok ? 'ok  ' : 'FAIL'} ${rel(data.file)}  ${tally}  ${seconds.toFixed(1)} s  (run ${elapsed} s)\n`;
-      if (failed && c.fail === 0) failures.push(fileFailure(data, stderr));
-    } else if (type === 'test:pass' && data.details?.type !== 'suite') {
+      continue;
+    }
+    // Files run in parallel, but their tests are reported one file at a time: a file that ended while another was
+    // being reported has its tests reported after its own end (Node 20 marks that end with test:complete only).
+    // A file is done once the report moves on to another file, at its test:pass/test:fail (later Node versions),
+    // or at the end of the run.
+    if (!isFile && data?.file && (type === 'test:start' || type === 'test:complete') && data.file !== current) {
+      if (current !== undefined && pending.has(current)) yield finish(current, 'test:complete', pending.get(current));
+      current = data.file;
+    }
+    if (isFile && (type === 'test:pass' || type === 'test:fail')) {
+      yield finish(data.file, type, data);
+    } else if (isFile && type === 'test:complete') {
+      if (!done.has(data.file)) pending.set(data.file, data);
+    } else if (type === 'test:complete' && data.details?.type !== 'suite') {
       const c = countFor(data.file ?? '?');
       if (data.skip || data.todo) c.skip++;
-      else c.pass++;
+      else if (data.details?.passed !== false) c.pass++;
+      else if (data.details?.error?.failureType !== 'subtestsFailed') c.fail++;
     } else if (type === 'test:fail') {
       const error = data.details?.error;
       // A suite that failed because a test inside it failed adds nothing to that test's own report.
       if (error?.failureType === 'subtestsFailed') continue;
-      countFor(data.file ?? '?').fail++;
       const where = data.file ? ` (${rel(data.file)}${data.line ? `:${data.line}` : ''})` : '';
       const cause = error?.cause ?? error;
       failures.push(`✖ ${data.name}${where}\n${indent(inspect(cause, { depth: 4, colors: false }))}`);
@@ -63,6 +80,7 @@ export default async function* reporter(source) {
       summary.push(`# ${data.message}`);
     }
   }
+  for (const [file, data] of [...pending]) yield finish(file, 'test:complete', data);
   yield '\n';
   if (failures.length > 0) yield `Failures (${failures.length}):\n\n${failures.join('\n\n')}\n\n`;
   const slowest = finished.sort((a, b) => b.seconds - a.seconds).slice(0, SLOWEST_LISTED);
