@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
+import { DataDirHeld } from './store/data-dir-lock.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;
@@ -20,7 +21,10 @@ async function main(): Promise<void> {
   }
   const service = await startService(config);
   if (!config.quiet) {
-    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}`);
+    const metricsUrl = new URL('/metrics', service.url);
+    metricsUrl.port = String(service.metricsPort);
+    const metrics = service.metricsPort === undefined ? '' : `  operator metrics ${metricsUrl.href}`;
+    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}${metrics}`);
   }
   let firstSignalAt: number | undefined;
   const shutdown = (signal: string) => {
@@ -54,6 +58,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  console.error('failed to start:', err);
+  // Another process holds the data directory: the message names both; a stack would only hide it.
+  console.error('failed to start:', err instanceof DataDirHeld ? err.message : err);
   process.exit(1);
 });

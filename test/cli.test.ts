@@ -96,6 +96,9 @@ describe('analytics CLI against a running service', () => {
     const rows = csv.stdout.trim().split('\n');
     assert.equal(rows[0], 'date,users,sessions,pageviews,bounce_rate');
     assert.ok(rows.length >= 3);
+    const noTo = await cli(['export', '--project', projectId, '--from', from]);
+    assert.equal(noTo.code, 0, noTo.stderr);
+    assert.equal(noTo.stdout, csv.stdout, '--to defaults to today');
     const nd = await cli(['export', '--project', projectId, '--from', from, '--to', today, '--format', 'ndjson', '--key', secret]);
     const days = nd.stdout.trim().split('\n').map((l) => JSON.parse(l));
     assert.equal(days.reduce((n: number, d: { pageviews: number }) => n + d.pageviews, 0), 1203);
@@ -117,6 +120,9 @@ describe('analytics CLI against a running service', () => {
     assert.equal((await cli(['projects', 'frobnicate'])).code, 2);
     assert.equal((await cli(['keys', 'create', projectId, '--type', 'admin'])).code, 2);
     assert.equal((await cli(['export', '--project', projectId])).code, 2);
+    const importHelp = await cli(['import', '--help']);
+    assert.match(importHelp.stdout, /an ak_ admin key is refused/);
+    assert.doesNotMatch(importHelp.stdout, /ak_ admin or/);
     const help = await cli(['keys', 'rotate', '--help']);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /--overlap/);
@@ -124,7 +130,7 @@ describe('analytics CLI against a running service', () => {
 
   test('check passes on a healthy data directory, rebuild re-folds it, and check lists a damaged snapshot (exit 1)', async () => {
     await svc.stop();
-    const ok = await cli(['check', '--data-dir', svc.dataDir]);
+    const ok = await cli(['check'], { ANALYTICS_DATA_DIR: svc.dataDir }); // the data-dir rule: --data-dir, else the variable, else ./storage
     assert.equal(ok.code, 0, ok.stderr + ok.stdout);
     assert.match(ok.stdout, /^ok: \d+ log entries in sequence, 1 snapshot\(s\) verified/);
     assert.match(ok.stderr, /^log: 100% /m, 'plain progress lines when stderr is not a terminal');

@@ -94,6 +94,7 @@ export class LmdbBackend implements Backend {
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
+    ops?.snapshotOnDisk(files.newestBytes());
     const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
     // The columns caught up in the same pass (from their own marker: at most a flush interval of events, or everything
     // when the columns file is new). Sealing them now is an optimisation: on a full disk the open segments wait in the

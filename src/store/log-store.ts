@@ -4,6 +4,7 @@ import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
+import { holdDataDir, releaseDataDir } from './data-dir-lock.ts';
 import { RememberedIds, type IdKey } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 import type { Goal } from '../core/query/types.ts';
@@ -335,6 +336,8 @@ export class LogStore {
   private readonly dicts = new Map<number, Dictionary>();
   /** where entries are decompressed to be decoded at once (see rawPayload) */
   private scratch = Buffer.allocUnsafeSlow(64 * 1024);
+  /** the writer's hold on the data directory (see data-dir-lock.ts), released by close */
+  private hold: string | undefined;
 
   private constructor(
     dataDir: string,
@@ -380,7 +383,15 @@ export class LogStore {
    */
   static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
     containLmdbRejections(opts.log ?? (() => {}));
-    return new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
+    const hold = opts.readOnly === true ? undefined : holdDataDir(dataDir); // one writing process per data directory
+    try {
+      const store = new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
+      store.hold = hold;
+      return store;
+    } catch (err) {
+      if (hold !== undefined) releaseDataDir(hold);
+      throw err;
+    }
   }
 
   /** Sequence number of the newest record in the log (0 when empty). */
@@ -981,6 +992,11 @@ export class LogStore {
   }
 
   async close(): Promise<void> {
-    await this.root.close();
+    try {
+      await this.root.close();
+    } finally {
+      if (this.hold !== undefined) releaseDataDir(this.hold);
+      this.hold = undefined;
+    }
   }
 }

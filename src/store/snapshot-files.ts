@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
@@ -176,6 +176,12 @@ export class SnapshotFiles {
   oldestSeq(): number {
     const first = this.files()[0];
     return first === undefined ? 0 : Number(NAME.exec(first)![1]);
+  }
+
+  /** Size of the newest snapshot file (0: none yet); what the operator gauge shows from the start. */
+  newestBytes(): number {
+    const newest = this.files().at(-1);
+    return newest === undefined ? 0 : statSync(path.join(this.dir, newest)).size;
   }
 
   files(): string[] {

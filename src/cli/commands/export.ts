@@ -37,18 +37,19 @@ export function registerExport(program: Command): void {
         .description('daily aggregates (date, users, sessions, pageviews, bounce_rate) or, with --raw, the stored events, to stdout')
         .requiredOption('--project <id>', 'project id')
         .requiredOption('--from <date>', 'first day, YYYY-MM-DD', date)
-        .requiredOption('--to <date>', 'last day, YYYY-MM-DD', date)
+        .option('--to <date>', 'last day, YYYY-MM-DD (default: today, UTC)', date)
         .addOption(new Option('--format <format>', 'output format').choices(['csv', 'ndjson']).default('csv'))
         .option('--raw', 'the stored events, read from --data-dir, instead of daily aggregates'),
     ),
-  ).action(async (opts: RemoteOptions & { project: string; from: string; to: string; format: 'csv' | 'ndjson'; raw?: boolean; dataDir?: string }) => {
-    if (opts.from > opts.to) throw new CliError(`--from ${opts.from} is after --to ${opts.to}`);
+  ).action(async (opts: RemoteOptions & { project: string; from: string; to?: string; format: 'csv' | 'ndjson'; raw?: boolean; dataDir?: string }) => {
+    const to = opts.to ?? new Date().toISOString().slice(0, 10);
+    if (opts.from > to) throw new CliError(`--from ${opts.from} is after --to ${to}`);
     if (opts.format === 'csv') await write(stringify([opts.raw ? [...RAW_COLUMNS] : [...DAILY_COLUMNS]]));
     if (opts.raw) {
       const dir = resolveDataDir(opts);
       let bar: ReturnType<typeof progress> | undefined;
       await onDataDir(async () => {
-        for await (const e of rawEvents(dir, opts.project, opts.from, opts.to, (done, total) => {
+        for await (const e of rawEvents(dir, opts.project, opts.from, to, (done, total) => {
           bar ??= progress('export', total);
           bar.update(done);
         })) {
@@ -63,8 +64,8 @@ export function registerExport(program: Command): void {
     const api = new Remote(opts);
     // Admin keys name the project; a project key reads its own (naming another is refused by the service).
     const isProjectKey = !api.isAdminKey;
-    for (let start = opts.from; start <= opts.to; start = addDays(start, MAX_RANGE_DAYS)) {
-      const end = [addDays(start, MAX_RANGE_DAYS - 1), opts.to].sort()[0]!;
+    for (let start = opts.from; start <= to; start = addDays(start, MAX_RANGE_DAYS)) {
+      const end = [addDays(start, MAX_RANGE_DAYS - 1), to].sort()[0]!;
       const q = `/metrics?from=${start}&to=${end}${isProjectKey ? '' : `&projectId=${encodeURIComponent(opts.project)}`}`;
       const m: { daily: Array<{ date: string; users: number; sessions: number; pageviews: number; bounceRate: string }> } = await api.call('GET', q);
       for (const d of m.daily) {

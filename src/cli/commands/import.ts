@@ -27,8 +27,10 @@ export function registerImport(program: Command): void {
     program
       .command('import')
       .description('send the events of an NDJSON file (one event per line) through the ingest path; re-runs count nothing twice')
-      .requiredOption('--project <id>', 'project id (the key must be its sk_ key)')
+      .requiredOption('--project <id>', 'project id')
       .argument('<file>', 'NDJSON file'),
+    // Ingest takes project keys only: an admin key is refused (403) by POST /analytics.
+    'the project\'s sk_ key (an ak_ admin key is refused: ingest takes project keys)',
   ).action(async (file: string, opts: RemoteOptions & { project: string }) => {
     const api = new Remote(opts);
     let size: number;
