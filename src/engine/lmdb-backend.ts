@@ -66,7 +66,7 @@ export class LmdbBackend implements Backend {
       }
     }
     this.ids = store.openRememberedIds();
-    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
+    void this.ids.start(now(), log);
     this.sealedStore = store.openSealedStore();
     this.sealed = sealedSource(this.sealedStore);
     this.sealer = new Sealer(state, this.sealedStore, log);
@@ -96,8 +96,10 @@ export class LmdbBackend implements Backend {
   }
 
   settled(): Promise<void> {
-    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB.
-    return this.store.settled();
+    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB. Damaged
+    // remembered eventIds are being rebuilt from the log: a resend must wait for its id to be back.
+    const repairing = this.ids.settled();
+    return repairing ? Promise.all([repairing, this.store.settled()]).then(() => {}) : this.store.settled();
   }
 
   seen(projectId: string, eventId: string, now: number): boolean {

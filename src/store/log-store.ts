@@ -4,7 +4,7 @@ import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
-import { RememberedIds, type IdKey } from './remembered-ids.ts';
+import { RememberedIds, type IdKey, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 
 /**
@@ -281,6 +281,11 @@ function readVarint(e: Buffer, at: number, seq: number): number {
 const ENTRY_RECORDS = 256;
 
 /** The log cannot be trusted from `seq` on. */
+/** Receive times may step back by this much (a clock correction) when the log is searched by receive time. */
+const RECEIVE_CLOCK_SLACK_MS = 3_600_000;
+/** A bisection probe gives up on a run of erased records this long and treats its spot as inside the window. */
+const BISECT_SKIP_ERASED = 10_000;
+
 export class LogDamage extends Error {
   constructor(
     readonly seq: number,
@@ -312,6 +317,8 @@ export class LogStore {
   private meta!: Database<unknown, string>;
   /** [project, eventId] -> receive time, written with the events (see remembered-ids.ts) */
   private eventIds!: Database<number, IdKey>;
+  /** the same table as stored bytes (keys and values), so one damaged record is named and skipped, not fatal */
+  private eventIdsRaw!: Database<Buffer, Buffer>;
   /** opened once; given the new handles when a compaction reopens the environment */
   private rememberedIds: RememberedIds | undefined;
   private sealedStore: SealedStore | undefined;
@@ -363,10 +370,11 @@ export class LogStore {
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
+    this.eventIdsRaw = this.root.openDB<Buffer, Buffer>({ name: 'event_ids', encoding: 'binary', keyEncoding: 'binary' });
     this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
     this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
     this.dicts.clear();
-    this.rememberedIds?.reopen(this.eventIds);
+    this.rememberedIds?.reopen(this.eventIds, this.eventIdsRaw);
     this.sealedStore?.reopen(this.root);
   }
 
@@ -587,6 +595,37 @@ export class LogStore {
         continue;
       }
       for (let i = 0; i < records.length; i++) if (key + i > afterSeq) yield { seq: key + i, record: records[i]! };
+    }
+  }
+
+  /**
+   * Every record from where events received at or after `since` begin, in log order, with its eventId when it has one, from the log itself (the truth the remembered
+   * table is checked against). The start is found by bisecting on receive time, less RECEIVE_CLOCK_SLACK_MS (receive
+   * times follow the clock, which may step back a little).
+   */
+  *eventIdsSince(since: number, afterSeq?: number): Generator<LoggedId> {
+    const firstRt = (seq: number): number | undefined => {
+      let n = 0;
+      for (const { record } of this.readAfter(seq - 1)) {
+        if (record.t !== 'x') return record.rt;
+        if (++n >= BISECT_SKIP_ERASED) return undefined;
+      }
+      return undefined;
+    };
+    let lo = this.logStart();
+    if (afterSeq !== undefined) lo = afterSeq + 1;
+    else {
+      let hi = this.lastSeq() + 1;
+      while (lo < hi) {
+        const mid = Math.floor((lo + hi) / 2);
+        const rt = firstRt(mid);
+        if (rt !== undefined && rt < since - RECEIVE_CLOCK_SLACK_MS) lo = mid + 1;
+        else hi = mid;
+      }
+    }
+    for (const { seq, record } of this.readAfter(lo - 1)) {
+      // every record is yielded (id or not), so a caller can slice its pass by sequence
+      yield { seq, id: record.t === 'e' && record.eventId !== undefined && record.rt >= since ? { p: record.p, eventId: record.eventId, rt: record.rt } : undefined };
     }
   }
 
@@ -969,7 +1008,7 @@ export class LogStore {
 
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
-    return (this.rememberedIds ??= new RememberedIds(this.eventIds, () => this.gate));
+    return (this.rememberedIds ??= new RememberedIds(this.eventIds, this.eventIdsRaw, () => this.gate, (since, after) => this.eventIdsSince(since, after), this.file));
   }
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */

@@ -1,0 +1,72 @@
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { pv, storedEvents } from './contract-helpers.ts';
+import { api, createProject, startTestService } from './helpers.ts';
+import { startServiceProcess } from './service-process.ts';
+
+/**
+ * Damage to the store's own files is named, never silent: one damaged remembered eventId no longer makes every
+ * remembered id forgotten (the table is checked against the log's last 48 h and rebuilt from it).
+ */
+
+const BATCHES = 10;
+const PER_BATCH = 100;
+const idOf = (b: number, i: number) => `evt-${b}-${i}-${'0123456789abcdef'.repeat(2)}`;
+const batchOf = (b: number) => Array.from({ length: PER_BATCH }, (_, i) => pv(`/d-${b}-${i}`, { sessionId: `s${b}-${i}`, eventId: idOf(b, i) }));
+
+async function waitFor(output: () => string, re: RegExp, ms = 15_000): Promise<string> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const m = re.exec(output());
+    if (m) return m[0];
+    if (Date.now() > until) throw new Error(`no line matching ${re} in: ${output().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('one stored eventId damaged in a copy of a real data dir: the service names the damaged record, rebuilds the ids from the log, and a resend of every acknowledged batch counts nothing twice', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-idsdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  let child: Awaited<ReturnType<typeof startServiceProcess>> | undefined;
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    const key = p.keys.secret;
+    for (let b = 0; b < BATCHES; b++) assert.equal((await api(svc.url, '/analytics', { key, body: batchOf(b) })).status, 200);
+    await svc.stop();
+
+    const damaged = path.join(work, 'damaged');
+    cpSync(svc.dataDir, damaged, { recursive: true });
+    rmSync(path.join(damaged, 'snapshots'), { recursive: true, force: true });
+    const file = path.join(damaged, 'analytics.lmdb');
+    const bytes = readFileSync(file);
+    // the remembered id's key is the project id and the eventId side by side (the log holds its ids compressed)
+    // (a page may hold a stale copy of a record in its free space: every copy is damaged)
+    const id = Buffer.from(idOf(5, 50));
+    let copies = 0;
+    for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
+      assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(p.project.id)), 'found in the remembered ids, next to its project');
+      // 16 bytes: the id's last 8 and the receive time stored after it
+      for (let i = at + id.length - 8; i < at + id.length + 8; i++) bytes[i] = bytes[i]! ^ 0xff;
+      copies++;
+    }
+    assert.ok(copies > 0, 'the eventId is in the file');
+    writeFileSync(file, bytes);
+
+    child = await startServiceProcess(damaged, svc.adminKey);
+    const named = await waitFor(child.output, /remembered eventIds: 1 damaged record\(s\) in \S*analytics\.lmdb \(table event_ids\) skipped[^\n]*/);
+    assert.match(named, /rebuilding the table from the log/);
+    // resent at once: the rebuild may still be running, and writes wait for it
+    for (let b = 0; b < BATCHES; b++) {
+      assert.equal((await api(child.url, '/analytics', { key, body: batchOf(b) })).status, 200);
+      assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, `batch ${b} was acknowledged before: nothing counted again`);
+    }
+    assert.match(await waitFor(child.output, /remembered eventIds: checked against \d+ log records[^\n]*/), /[1-9]\d* missing id\(s\) rebuilt from the log/);
+    assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, 'totals unchanged');
+  } finally {
+    child?.proc.kill('SIGKILL');
+    rmSync(work, { recursive: true, force: true });
+  }
+});
