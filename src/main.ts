@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
+import { StoreRefused } from './store/lmdb-probe.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;
@@ -54,6 +55,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // A refusal says what is wrong, where, and the way out: the message is the whole answer, a stack would bury it.
+  if (err instanceof StoreRefused) {
+    console.error(`failed to start: ${err.message}`);
+    process.exit(1);
+  }
   console.error('failed to start:', err);
   process.exit(1);
 });

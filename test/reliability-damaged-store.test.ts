@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -16,6 +17,19 @@ const BATCHES = 10;
 const PER_BATCH = 100;
 const idOf = (b: number, i: number) => `evt-${b}-${i}-${'0123456789abcdef'.repeat(2)}`;
 const batchOf = (b: number) => Array.from({ length: PER_BATCH }, (_, i) => pv(`/d-${b}-${i}`, { sessionId: `s${b}-${i}`, eventId: idOf(b, i) }));
+
+/** Runs a command to its end (or to the service's address line, then kills it): exit code, signal and output. */
+function runToEnd(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; signal: NodeJS.Signals | null; output: string }> {
+  const proc = spawn(process.execPath, args, { env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_QUIET: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const on = (c: Buffer) => {
+    out += c.toString();
+    if (/HTTP http:\/\//.test(out)) proc.kill('SIGKILL'); // it started: the test reports that below
+  };
+  proc.stdout!.on('data', on);
+  proc.stderr!.on('data', on);
+  return new Promise((resolve) => proc.once('close', (code, signal) => resolve({ code, signal, output: out })));
+}
 
 async function waitFor(output: () => string, re: RegExp, ms = 15_000): Promise<string> {
   const until = Date.now() + ms;
@@ -67,6 +81,49 @@ test('one stored eventId damaged in a copy of a real data dir: the service names
     assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, 'totals unchanged');
   } finally {
     child?.proc.kill('SIGKILL');
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
+/** Damage to LMDB's own pages, each made in a copy of a real data directory (kept identical otherwise). */
+const DAMAGES: Array<[string, (b: Buffer) => Buffer]> = [
+  ['meta page 0, bytes 16..80 flipped', (b) => {
+    for (let i = 16; i < 80; i++) b[i] = b[i]! ^ 0xff;
+    return b;
+  }],
+  ['the file cut to half', (b) => b.subarray(0, Math.floor(b.length / 2))],
+  ['the 4 KiB page holding an eventId flipped', (b) => {
+    const page = Math.floor(b.indexOf(Buffer.from(idOf(5, 50))) / 4096) * 4096;
+    assert.ok(page > 0);
+    for (let i = page; i < page + 4096; i++) b[i] = b[i]! ^ 0xff;
+    return b;
+  }],
+];
+
+test('damaged LMDB pages (meta page, cut short, a garbled page): the service refuses to start naming the file and both ways out, exit 1, no crash; `analytics check` finds the same damage', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-lmdbdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    for (let b = 0; b < BATCHES; b++) assert.equal((await api(svc.url, '/analytics', { key: p.keys.secret, body: batchOf(b) })).status, 200);
+    await svc.stop();
+    for (const [name, damage] of DAMAGES) {
+      const dir = path.join(work, name.replace(/\W+/g, '-'));
+      cpSync(svc.dataDir, dir, { recursive: true });
+      const file = path.join(dir, 'analytics.lmdb');
+      writeFileSync(file, damage(readFileSync(file)));
+      const started = await runToEnd(['--import', 'tsx', 'src/main.ts'], { ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: svc.adminKey });
+      assert.equal(started.signal, null, `${name}: no crash`);
+      assert.equal(started.code, 1, `${name}: refused, exit 1: ${started.output}`);
+      assert.ok(started.output.includes(`${file} is damaged`), `${name}: names the file: ${started.output}`);
+      assert.match(started.output, /restore the newest backup \(`analytics backup DEST`/, name);
+      assert.match(started.output, /npx analytics repair --yes/, name);
+      assert.doesNotMatch(started.output, /core dumped|Segmentation|Bus error|Assertion|\n\s+at /, `${name}: one message, no crash output or stack`);
+      const checked = await runToEnd(['bin/analytics.js', 'check', '--data-dir', dir]);
+      assert.equal(checked.code, 1, `${name}: check exits 1: ${checked.output}`);
+      assert.ok(checked.output.includes(`lmdb: ${file} is damaged`), `${name}: check lists it: ${checked.output}`);
+    }
+  } finally {
     rmSync(work, { recursive: true, force: true });
   }
 });

@@ -7,6 +7,7 @@ import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '.
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
+import { assertEnvironmentSound, assertWritable } from '../store/lmdb-probe.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
 import type { RememberedIds } from '../store/remembered-ids.ts';
 import type { SealedStore } from '../store/sealed-store.ts';
@@ -78,6 +79,10 @@ export class LmdbBackend implements Backend {
   }
 
   static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+    // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
+    assertWritable(config.dataDir);
+    const walked = assertEnvironmentSound(config.dataDir);
+    if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
     const store = LogStore.open(config.dataDir, config.durability, { log });
     const files = new SnapshotFiles(config.dataDir);
     const state = recoverState(store, files, log);

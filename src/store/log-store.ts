@@ -571,9 +571,10 @@ export class LogStore {
   /**
    * Records after `afterSeq`, in order, each entry verified as it is read: its checksum, and that it starts where the
    * previous one ended (or where the log starts: 1, or the retention marker `logStart`). The first problem throws a
-   * LogDamage naming the first sequence that cannot be trusted; `verified` counts what passed.
+   * LogDamage naming the first sequence that cannot be trusted; `verified` counts what passed (unless `countVerified`
+   * is false: background readers, whose reads are not the startup verification health reports).
    */
-  *readAfter(afterSeq: number): Generator<{ seq: number; record: LogRecord }> {
+  *readAfter(afterSeq: number, countVerified = true): Generator<{ seq: number; record: LogRecord }> {
     // the entry holding afterSeq + 1 starts at or before it
     // (never below the log's start: entries a crashed retention cut left there are not part of the log)
     const logStart = this.logStart();
@@ -588,7 +589,7 @@ export class LogStore {
       }
       const { count, records, entry } = this.entryRecords(key, value);
       expected = key + count;
-      if (entry) this.verified += count;
+      if (entry && countVerified) this.verified += count;
       if (records === undefined) {
         // an erased batch: its sequences stay (as ERASED markers, so a fold moves past them), its records are gone
         for (let i = 0; i < count; i++) if (key + i > afterSeq) yield { seq: key + i, record: ERASED };
@@ -606,7 +607,7 @@ export class LogStore {
   *eventIdsSince(since: number, afterSeq?: number): Generator<LoggedId> {
     const firstRt = (seq: number): number | undefined => {
       let n = 0;
-      for (const { record } of this.readAfter(seq - 1)) {
+      for (const { record } of this.readAfter(seq - 1, false)) {
         if (record.t !== 'x') return record.rt;
         if (++n >= BISECT_SKIP_ERASED) return undefined;
       }
@@ -623,7 +624,7 @@ export class LogStore {
         else hi = mid;
       }
     }
-    for (const { seq, record } of this.readAfter(lo - 1)) {
+    for (const { seq, record } of this.readAfter(lo - 1, false)) {
       // every record is yielded (id or not), so a caller can slice its pass by sequence
       yield { seq, id: record.t === 'e' && record.eventId !== undefined && record.rt >= since ? { p: record.p, eventId: record.eventId, rt: record.rt } : undefined };
     }
