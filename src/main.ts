@@ -34,7 +34,7 @@ async function main(): Promise<void> {
     service.stop().then(
       () => process.exit(0),
       (err: unknown) => {
-        console.error('shutdown failed:', err);
+        console.error(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
         process.exit(1);
       },
     );

@@ -226,9 +226,12 @@ export class LmdbBackend implements Backend {
     await this.foldTail;
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
+    const failed = this.snapshotter.failure;
     await this.snapshotter.close();
     await this.ids.stop();
     await this.store.close();
+    // Nothing acknowledged is lost (the log has it), but the operator must know the directory refuses writes.
+    if (failed !== undefined) throw new Error(`the final snapshot could not be written in ${path.join(this.config.dataDir, 'snapshots')}: ${failed}; the next start replays the log instead`);
   }
 
   stats(): { liveDays: number; sealedDays: number } {
