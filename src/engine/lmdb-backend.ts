@@ -133,11 +133,10 @@ export class LmdbBackend implements Backend {
         for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
         this.sealer.kick();
-        this.storageOk = true;
+        this.writeSucceeded();
         ok = true;
       } catch (err) {
-        this.storageOk = false;
-        this.log(`append failed: ${err instanceof Error ? err.message : String(err)}`);
+        this.writeFailed(err);
       } finally {
         for (const id of ids) pending.delete(id);
         this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) - stored);
@@ -215,11 +214,24 @@ export class LmdbBackend implements Backend {
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
         await this.store.probeWrite(this.now());
-        this.storageOk = true;
-      } catch {
-        this.storageOk = false;
+        this.store.probeSpace();
+        this.writeSucceeded();
+      } catch (err) {
+        this.writeFailed(err);
       }
     });
+  }
+
+  /** Storage refuses writes: one line when it starts (not one per refused batch), health 503 until a write succeeds. */
+  private writeFailed(err: unknown): void {
+    const was = this.storageOk;
+    this.storageOk = false;
+    if (was) this.log(`storage write failed: ${this.store.describeWriteFailure(err)}; writes answer 503 until storage accepts them again`);
+  }
+
+  private writeSucceeded(): void {
+    if (!this.storageOk) this.log('storage accepts writes again');
+    this.storageOk = true;
   }
 
   async close(): Promise<void> {

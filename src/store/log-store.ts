@@ -1,4 +1,4 @@
-import { mkdirSync, renameSync, rmSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
@@ -100,14 +100,20 @@ function commitFailure(err: unknown): Error {
  * promises we await, so these are noise; anything else still ends the process as Node would.
  */
 let lmdbRejectionsContained = false;
-function containLmdbRejections(log: (line: string) => void): void {
+function containLmdbRejections(): void {
   if (lmdbRejectionsContained) return;
   lmdbRejectionsContained = true;
+  // lmdb-js prints a failed commit's error itself (a stack per failure, `Input/output error` on a full disk) and
+  // rejects the commit's promise with it too: the caller's one line is the report.
+  const printError = console.error.bind(console);
+  console.error = (...args: unknown[]) => {
+    if (args.length === 1 && args[0] instanceof Error && /[\\/]lmdb[\\/]write\.js/.test(args[0].stack ?? '')) return;
+    printError(...args);
+  };
   process.on('unhandledRejection', (reason) => {
     const stack = reason instanceof Error ? (reason.stack ?? '') : '';
     if (/[\\/]lmdb[\\/]write\.js/.test(stack)) {
-      log(`storage write failed (already reported to its caller): ${(reason as Error).message}`);
-      return;
+      return; // the same failure as the commit we await: its caller logs it once per episode, not once per stray write
     }
     throw reason;
   });
@@ -281,6 +287,17 @@ function readVarint(e: Buffer, at: number, seq: number): number {
 const ENTRY_RECORDS = 256;
 
 /** The log cannot be trusted from `seq` on. */
+/** Free space health asks for: more than one append of the biggest batch (500 events, ~250 KB stored). */
+const SPACE_PROBE_BYTES = 1024 * 1024;
+/** Incompressible, so a compressing filesystem must find the space too. */
+const SPACE_PROBE = Buffer.allocUnsafe(SPACE_PROBE_BYTES);
+for (let i = 0, x = 2463534242; i < SPACE_PROBE_BYTES; i++) {
+  x ^= x << 13;
+  x ^= x >>> 17;
+  x ^= x << 5;
+  SPACE_PROBE[i] = x & 0xff;
+}
+
 /** Receive times may step back by this much (a clock correction) when the log is searched by receive time. */
 const RECEIVE_CLOCK_SLACK_MS = 3_600_000;
 /** A bisection probe gives up on a run of erased records this long and treats its spot as inside the window. */
@@ -380,11 +397,12 @@ export class LogStore {
 
   /**
    * `readOnly` opens an existing data directory for tools (export, check, backup) while the service may be running.
-   * `log` receives storage write failures lmdb-js reports on its own (see containLmdbRejections).
+   * `log` is kept for callers; failures lmdb-js reports on its own are contained (see containLmdbRejections) and
+   * reported once by whoever awaits the write.
    * `writeFormat: 2` writes entries as the previous release did (for tests that a log of that release is read).
    */
   static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
-    containLmdbRejections(opts.log ?? (() => {}));
+    containLmdbRejections();
     return new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
   }
 
@@ -1005,6 +1023,36 @@ export class LogStore {
     } catch (err) {
       throw commitFailure(err);
     }
+  }
+
+  /**
+   * Writes and removes SPACE_PROBE_BYTES beside the environment; throws (ENOSPC) when the device is full. LMDB reuses
+   * pages freed by earlier transactions, so its own small probe write succeeds on a full disk while an append that
+   * needs new pages fails: health must ask for space itself.
+   */
+  probeSpace(): void {
+    const file = path.join(path.dirname(this.file), '.space-check');
+    try {
+      writeFileSync(file, SPACE_PROBE);
+    } finally {
+      rmSync(file, { force: true });
+    }
+  }
+
+  /**
+   * One line for a failed write: LMDB reports a short write on a full disk as `Input/output error`, so the space
+   * probe says whether the device is full.
+   */
+  describeWriteFailure(err: unknown): string {
+    const said = err instanceof Error ? err.message : String(err);
+    try {
+      this.probeSpace();
+    } catch (space) {
+      const code = (space as { code?: string }).code;
+      if (code === 'ENOSPC' || code === 'EDQUOT') return `no space left on the device holding ${path.dirname(this.file)} (${code}; LMDB said: ${said})`;
+      return `${said} (${this.file}; and ${(space as Error).message})`;
+    }
+    return `${said} (${this.file})`;
   }
 
   /** The remembered eventIds (see remembered-ids.ts). */
