@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import { MAGIC } from '../src/store/snapshot-format.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
@@ -124,6 +125,32 @@ test('damaged LMDB pages (meta page, cut short, a garbled page): the service ref
       assert.ok(checked.output.includes(`lmdb: ${file} is damaged`), `${name}: check lists it: ${checked.output}`);
     }
   } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
+test('a damaged snapshot header: the log names the snapshot file and that it was skipped, and the log replay counts every event', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-snapdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  let child: Awaited<ReturnType<typeof startServiceProcess>> | undefined;
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    for (let b = 0; b < 2; b++) assert.equal((await api(svc.url, '/analytics', { key: p.keys.secret, body: batchOf(b) })).status, 200);
+    await svc.stop(); // writes the final snapshot
+    const dir = path.join(svc.dataDir, 'snapshots');
+    const names = readdirSync(dir).filter((f) => /^snapshot-\d+\.bin$/.test(f));
+    assert.ok(names.length > 0, `a snapshot was written: ${readdirSync(dir).join(', ')}`);
+    const file = path.join(dir, names.sort().at(-1)!);
+    const bytes = readFileSync(file);
+    bytes.writeUInt32LE(0xffffff00, MAGIC.length); // the header frame's length
+    writeFileSync(file, bytes);
+    child = await startServiceProcess(svc.dataDir, svc.adminKey);
+    assert.equal(await storedEvents(child.url, p.keys.secret), 2 * PER_BATCH);
+    assert.ok(child.output().includes(`snapshot ${file} skipped`), child.output());
+    assert.match(child.output(), /damaged: 4294967040 bytes are asked for at byte \d+, but the file ends at byte/);
+    assert.doesNotMatch(child.output(), /The value of "length" is out of range/);
+  } finally {
+    child?.proc.kill('SIGKILL');
     rmSync(work, { recursive: true, force: true });
   }
 });

@@ -14,7 +14,7 @@ const PROGRESS_EVERY = 500_000;
  */
 export function recoverState(store: LogStore, files: SnapshotFiles, log: (line: string) => void): AnalyticsState {
   const lastSeq = store.lastSeq();
-  const snap = files.loadNewest(lastSeq, (file, why) => log(`skipping snapshot ${file}: ${why}`));
+  const snap = files.loadNewest(lastSeq, (file, why) => log(`snapshot ${file} skipped (an older one or the log is used instead): ${why}`));
   let state = new AnalyticsState();
   if (snap) {
     try {
