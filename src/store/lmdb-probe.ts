@@ -31,10 +31,10 @@ export interface WalkResult {
 }
 
 /**
- * Records the walk reads one by one (~2 µs each, so ~4 s at most); tables past it are sampled. Measured in
- * bench/lmdb-walk.ts (README, Reliability).
+ * Records the walk reads one by one (~4 µs each on 2 shared cores, so ~2 s at most added to a start); tables past
+ * it are sampled. Measured in bench/lmdb-walk.ts (README, Reliability).
  */
-export const WALK_BUDGET_RECORDS = 2_000_000;
+export const WALK_BUDGET_RECORDS = 500_000;
 
 /** Walks `file` in a child process: every record of the smaller tables up to `budget`, a sample of the rest. */
 export function walkEnvironment(file: string, opts: { budget?: number } = {}): WalkResult {
