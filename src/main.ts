@@ -1,6 +1,7 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
 import { DataDirHeld } from './store/data-dir-lock.ts';
+import { StoreRefused } from './store/lmdb-probe.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;
@@ -37,7 +38,7 @@ async function main(): Promise<void> {
     service.stop().then(
       () => process.exit(0),
       (err: unknown) => {
-        console.error('shutdown failed:', err);
+        console.error(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
         process.exit(1);
       },
     );
@@ -58,7 +59,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  // Another process holds the data directory: the message names both; a stack would only hide it.
-  console.error('failed to start:', err instanceof DataDirHeld ? err.message : err);
+  // A refusal says what is wrong, where, and the way out: the message is the whole answer, a stack would bury it.
+  if (err instanceof StoreRefused || err instanceof DataDirHeld) {
+    console.error(`failed to start: ${err.message}`);
+    process.exit(1);
+  }
+  console.error('failed to start:', err);
   process.exit(1);
 });

@@ -9,6 +9,7 @@ import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { QueryEngine } from '../core/query/types.ts';
 import { ColumnStore } from '../store/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
+import { assertEnvironmentSound, assertWritable } from '../store/lmdb-probe.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
 import type { RememberedIds } from '../store/remembered-ids.ts';
 import type { SealedStore } from '../store/sealed-store.ts';
@@ -73,7 +74,7 @@ export class LmdbBackend implements Backend {
       }
     }
     this.ids = store.openRememberedIds();
-    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
+    void this.ids.start(now(), log);
     this.sealedStore = store.openSealedStore();
     this.sealed = sealedSource(this.sealedStore);
     this.sealer = new Sealer(state, this.sealedStore, log);
@@ -85,6 +86,10 @@ export class LmdbBackend implements Backend {
   }
 
   static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+    // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
+    assertWritable(config.dataDir);
+    const walked = assertEnvironmentSound(config.dataDir);
+    if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
     const store = LogStore.open(config.dataDir, config.durability, { log });
     const files = new SnapshotFiles(config.dataDir);
     const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
@@ -111,8 +116,10 @@ export class LmdbBackend implements Backend {
   }
 
   settled(): Promise<void> {
-    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB.
-    return this.store.settled();
+    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB. Damaged
+    // remembered eventIds are being rebuilt from the log: a resend must wait for its id to be back.
+    const repairing = this.ids.settled();
+    return repairing ? Promise.all([repairing, this.store.settled()]).then(() => {}) : this.store.settled();
   }
 
   seen(projectId: string, eventId: string, now: number): boolean {
@@ -142,11 +149,10 @@ export class LmdbBackend implements Backend {
         this.snapshotter.fold(first, records);
         this.columns.fold(first, records);
         this.sealer.kick();
-        this.storageOk = true;
+        this.writeSucceeded();
         ok = true;
       } catch (err) {
-        this.storageOk = false;
-        this.log(`append failed: ${err instanceof Error ? err.message : String(err)}`);
+        this.writeFailed(err);
       } finally {
         for (const id of ids) pending.delete(id);
         this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) - stored);
@@ -226,21 +232,37 @@ export class LmdbBackend implements Backend {
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
         await this.store.probeWrite(this.now());
-        this.storageOk = true;
-      } catch {
-        this.storageOk = false;
+        this.store.probeSpace();
+        this.writeSucceeded();
+      } catch (err) {
+        this.writeFailed(err);
       }
     });
+  }
+
+  /** Storage refuses writes: one line when it starts (not one per refused batch), health 503 until a write succeeds. */
+  private writeFailed(err: unknown): void {
+    const was = this.storageOk;
+    this.storageOk = false;
+    if (was) this.log(`storage write failed: ${this.store.describeWriteFailure(err)}; writes answer 503 until storage accepts them again`);
+  }
+
+  private writeSucceeded(): void {
+    if (!this.storageOk) this.log('storage accepts writes again');
+    this.storageOk = true;
   }
 
   async close(): Promise<void> {
     await this.foldTail;
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
+    const failed = this.snapshotter.failure;
     await this.snapshotter.close();
     await this.columns.close();
     await this.ids.stop();
     await this.store.close();
+    // Nothing acknowledged is lost (the log has it), but the operator must know the directory refuses writes.
+    if (failed !== undefined) throw new Error(`the final snapshot could not be written in ${path.join(this.config.dataDir, 'snapshots')}: ${failed}; the next start replays the log instead`);
   }
 
   stats(): { liveDays: number; sealedDays: number } {

@@ -10,6 +10,7 @@ import type { StoredEvent } from '../core/types.ts';
 import { ColumnStore } from '../store/column-store.ts';
 import { LogDamage, LogStore } from '../store/log-store.ts';
 import { ColumnProjection } from './column-projection.ts';
+import { assertEnvironmentSound, assertWritable, walkEnvironment } from '../store/lmdb-probe.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { Sealer } from './sealer.ts';
 
@@ -28,6 +29,10 @@ export type OnProgress = (done: number, total: number, phase: string) => void;
 
 function openStore(dataDir: string, readOnly: boolean): LogStore {
   if (!existsSync(path.join(dataDir, 'analytics.lmdb'))) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  if (!readOnly) {
+    assertWritable(dataDir);
+    assertEnvironmentSound(dataDir); // check walks it itself and lists the damage as a problem
+  }
   return LogStore.open(dataDir, 'flush', { readOnly });
 }
 
@@ -152,6 +157,10 @@ export interface CheckResult {
  */
 export async function check(dataDir: string, onProgress: OnProgress = () => {}): Promise<CheckResult> {
   const problems: string[] = [];
+  if (!existsSync(path.join(dataDir, 'analytics.lmdb'))) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  // 0. LMDB's own pages, walked in a child process (damage there crashes whoever reads it): nothing else is read then
+  const walked = walkEnvironment(path.join(dataDir, 'analytics.lmdb'));
+  if (!walked.ok) return { ok: false, problems: [`lmdb: ${path.join(dataDir, 'analytics.lmdb')} is damaged: ${walked.problem}`], logEntries: 0, snapshots: 0, sealedDays: 0, sealedMonths: 0, columnSegments: 0 };
   const store = openStore(dataDir, true);
   try {
     const last = store.lastSeq();

@@ -28,7 +28,7 @@ export async function recoverState(
   consumers: readonly ReplayConsumer[] = [],
 ): Promise<AnalyticsState> {
   const lastSeq = store.lastSeq();
-  const snap = files.loadNewest(lastSeq, (file, why) => log(`skipping snapshot ${file}: ${why}`));
+  const snap = files.loadNewest(lastSeq, (file, why) => log(`snapshot ${file} skipped (an older one or the log is used instead): ${why}`));
   let state = new AnalyticsState();
   if (snap) {
     try {

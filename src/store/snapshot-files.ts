@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
@@ -206,7 +206,12 @@ class FrameReader {
   /** file offset of buf[0] */
   private base = 0;
 
-  constructor(private readonly fd: number) {}
+  /** the file's length: a frame length read from damaged bytes must not become a read (or a buffer) past it */
+  private readonly size: number;
+
+  constructor(private readonly fd: number) {
+    this.size = fstatSync(fd).size;
+  }
 
   /** The file offset of the next byte read. */
   get position(): number {
@@ -215,6 +220,9 @@ class FrameReader {
 
   /** The next `n` bytes (a view valid until the next call). */
   read(n: number): Buffer {
+    if (this.position + n > this.size) {
+      throw new Error(`damaged: ${n} bytes are asked for at byte ${this.position}, but the file ends at byte ${this.size} (a damaged frame length, or a file cut short)`);
+    }
     if (this.end - this.start < n) this.fill(n);
     const out = this.buf.subarray(this.start, this.start + n);
     this.start += n;
