@@ -614,15 +614,15 @@ export class ClusterBackend implements Backend {
   /** The owner's side of a forwarded read or question: the read barrier, then the answer. */
   private async answerOwned(p: Partition, q: ReadQuery | QuestionRead): Promise<unknown> {
     const question = isQuestionRead(q);
-    if (question && (q.v !== QUESTION_WIRE_VERSION || !p.columns)) {
-      throw Object.assign(new Error(`this node answers question version ${QUESTION_WIRE_VERSION}${p.columns ? '' : ' from no columns'}`), { code: 'unsupported_read' });
-    }
+    if (question && q.v !== QUESTION_WIRE_VERSION) throw Object.assign(new Error(`this node answers question version ${QUESTION_WIRE_VERSION}, not ${String(q.v)}`), { code: 'unsupported_read' });
     const kind = (q as { kind?: unknown }).kind;
     if (!question && kind !== 'metrics' && kind !== 'realtime') throw Object.assign(new Error(`unknown read kind ${JSON.stringify(kind)}`), { code: 'unsupported_read' });
-    if (!p.active) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
+    if (!p.active || (question && !p.columns)) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
     const reached = await this.barrier(p, READ_TIMEOUT_MS - FORWARD_REPLY_MARGIN_MS);
     if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
-    return question ? answerQuestion(p.columns!, q) : answerRead({ state: p.state, sealed: this.sealedSource }, q);
+    if (!question) return answerRead({ state: p.state, sealed: this.sealedSource }, q);
+    if (!p.columns) throw Object.assign(new Error(`partition ${p.n} has no columns on its owner now; retry in a moment`), { code: 'unavailable' });
+    return answerQuestion(p.columns, q);
   }
 
   /**
