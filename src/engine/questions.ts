@@ -27,6 +27,21 @@ export interface DeskParts {
   closing(): boolean;
 }
 
+/** An engine that cannot answer right now (cluster: the partition's owner is unreachable or still folding): 503 + Retry-After. */
+export class QuestionsUnavailable extends Error {
+  override readonly name = 'QuestionsUnavailable';
+}
+
+/** The engine's answer, or the 503 it could not give one for. */
+async function answerOr<T>(ask: () => Promise<T>, rate: RateInfo): Promise<{ ok: true; value: T } | Failure> {
+  try {
+    return { ok: true, value: await ask() };
+  } catch (err) {
+    if (err instanceof QuestionsUnavailable) return fail('unavailable', err.message, { retryAfterSeconds: 1 }, rate);
+    throw err;
+  }
+}
+
 const UNWIRED = 'questions are not answered by this service yet (the column store is not wired in this mode); GET /metrics still answers';
 
 function invalid(message: string, details: Problem[], rate: RateInfo): Failure {
@@ -61,7 +76,9 @@ export class QuestionDesk {
     const engine = this.parts.questions();
     if (!engine) return fail('unavailable', UNWIRED, { retryAfterSeconds: 1 }, rate);
     const q = question.value;
-    const answer = await engine.query(project.id, project.timezone, project.goals ?? [], q);
+    const asked = await answerOr(() => engine.query(project.id, project.timezone, project.goals ?? [], q), rate);
+    if (!asked.ok) return asked;
+    const answer = asked.value;
     return {
       ok: true,
       value: {
@@ -90,7 +107,9 @@ export class QuestionDesk {
     const engine = this.parts.questions();
     if (!engine) return fail('unavailable', UNWIRED, { retryAfterSeconds: 1 }, rate);
     const q = question.value;
-    const steps = await engine.funnel(project.id, project.timezone, q);
+    const asked = await answerOr(() => engine.funnel(project.id, project.timezone, q), rate);
+    if (!asked.ok) return asked;
+    const steps = asked.value;
     return { ok: true, value: { projectId: project.id, from: q.from, to: q.to, timezone: project.timezone, steps }, rate };
   }
 
