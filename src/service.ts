@@ -2,7 +2,9 @@ import { readFileSync } from 'node:fs';
 import type { Config } from './config.ts';
 import { Engine } from './engine/engine.ts';
 import { startGrpcServer, type RunningGrpc } from './grpc/server.ts';
+import { isDashboardPath, serveDashboard } from './dashboard/serve.ts';
 import { HttpFace } from './http/server.ts';
+import { serveMcp } from './mcp/http-endpoint.ts';
 import { OperatorMetrics } from './engine/operator-metrics.ts';
 import { startMetricsServer } from './http/metrics-server.ts';
 
@@ -64,6 +66,9 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     port: config.port,
     trustProxy: config.trustProxy,
     ops,
+    // the other faces on the HTTP port: the service composes them, so no face imports another
+    mcp: serveMcp,
+    pages: { owns: isDashboardPath, serve: serveDashboard },
     ...(c.handshakeMs !== undefined ? { headersTimeoutMs: c.handshakeMs } : {}),
     ...(c.maxConnections !== undefined ? { maxConnections: c.maxConnections } : {}),
     ...(c.maxConnectionsPerIp !== undefined ? { maxConnectionsPerIp: c.maxConnectionsPerIp } : {}),

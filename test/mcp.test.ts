@@ -8,7 +8,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { EventSchema } from '../src/core/event-schema.ts';
 import { CreateProjectSchema } from '../src/engine/project-input.ts';
-import { QUERY_SCHEMAS } from '../src/http/query-schemas.ts';
+import { QUERY_SCHEMAS } from '../src/engine/request-params.ts';
 import { FunnelBodySchema, QueryBodySchema } from '../src/core/query/schema.ts';
 import { api, createProject, startTestService, todayUtc, type CreatedProject, type TestService } from './helpers.ts';
 

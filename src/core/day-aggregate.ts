@@ -1,4 +1,4 @@
-/** Long because one day's state, its visits and every breakdown live together, with the lazy wrapper that holds it. */
+/** This file is long because one day's state, its visits and every breakdown live together, with the lazy wrapper that holds it. */
 import { CappedCounter } from './capped-counter.ts';
 import type { DayFigures, RangePart } from './day-view.ts';
 import { hash53 } from './hash.ts';

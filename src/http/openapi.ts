@@ -3,7 +3,7 @@ import { EventSchema } from '../core/event-schema.ts';
 import { MAX_BATCH_EVENTS } from '../core/limits.ts';
 import { FunnelBodySchema, GoalBodySchema, MAX_QUERY_BODY_BYTES, QueryBodySchema } from '../core/query/schema.ts';
 import { CreateKeySchema, CreateProjectSchema, UpdateKeySchema, UpdateProjectSchema } from '../engine/project-input.ts';
-import { QUERY_SCHEMAS } from './query-schemas.ts';
+import { QUERY_SCHEMAS } from '../engine/request-params.ts';
 import * as R from './response-schemas.ts';
 
 /**

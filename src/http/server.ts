@@ -14,14 +14,12 @@ import {
   type RateInfo,
   type RequestMeta,
 } from '../engine/types.ts';
-import { isDashboardPath, serveDashboard } from '../dashboard/serve.ts';
-import { serveMcp } from '../mcp/http-endpoint.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { MAX_QUERY_BODY_BYTES } from '../core/query/schema.ts';
 import { openApiDocument } from './openapi.ts';
-import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
+import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from '../engine/request-params.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
@@ -49,6 +47,22 @@ export const HTTP_DRAIN_MS = 5_000;
 
 const EXPOSED = 'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
 
+/** What a mounted face (MCP over HTTP) gets: the request, the caller, and the HTTP face's body reader and error answer. */
+export interface MountRequest {
+  engine: AnalyticsEngine;
+  meta: RequestMeta;
+  req: IncomingMessage;
+  res: ServerResponse;
+  readJson: () => Promise<{ ok: true; value: unknown } | (Failure & { tooLarge?: boolean; aborted?: boolean })>;
+  send: (out: Failure) => void;
+}
+
+/** Static pages served under a path prefix (the dashboard): no key, no JSON; a refusal comes back as a Failure. */
+export interface PageMount {
+  owns(pathname: string): boolean;
+  serve(req: IncomingMessage, res: ServerResponse, pathname: string): Promise<Failure | undefined>;
+}
+
 export interface HttpOptions {
   host: string;
   port: number;
@@ -64,9 +78,12 @@ export interface HttpOptions {
   /** connection caps (tests use small ones); the first request's headers are due within headersTimeoutMs */
   maxConnections?: number;
   maxConnectionsPerIp?: number;
+  /** other faces the service wires in (faces never import each other): POST /mcp, and the dashboard's pages */
+  mcp?: (r: MountRequest) => Promise<void>;
+  pages?: PageMount;
 }
 
-/** `query` has passed the route's schema in query-schemas.ts (routes without one: every parameter, first value). */
+/** `query` has passed the route's schema in engine/request-params.ts (routes without one: every parameter, first value). */
 type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Record<string, string>, params: string[]) => Promise<void> | void;
 
 /** Routes with path parameters (`{id}`, `{keyId}`: one path segment each), tried after the exact routes. */
@@ -149,7 +166,7 @@ export class HttpFace {
       '/health': { GET: (_req, res) => this.health(res), HEAD: (_req, res) => this.health(res) },
       '/mcp': {
         POST: (req, res) =>
-          serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
+          this.mount(res, this.options.mcp, { engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
       },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
       '/script.js': { GET: (req, res) => this.script(req, res, undefined), HEAD: (req, res) => this.script(req, res, undefined) },
@@ -263,7 +280,7 @@ export class HttpFace {
       if (scriptMatch && (req.method === 'GET' || req.method === 'HEAD')) return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
-      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : isDashboardPath(url.pathname) ? '/dashboard' : 'unknown';
+      let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : this.options.pages?.owns(url.pathname) === true ? '/dashboard' : 'unknown';
       if (!route) {
         for (const [pattern, handlers] of this.paramRoutes) {
           const m = pattern.exec(url.pathname);
@@ -277,8 +294,8 @@ export class HttpFace {
       }
       const ops = this.options.ops;
       if (ops) res.once('finish', () => ops.request('http', endpoint, this.outcomes.get(res) ?? (res.statusCode < 400 ? 'ok' : String(res.statusCode))));
-      if (isDashboardPath(url.pathname)) {
-        const refused = await serveDashboard(req, res, url.pathname);
+      if (this.options.pages?.owns(url.pathname) === true) {
+        const refused = await this.options.pages.serve(req, res, url.pathname);
         return refused ? this.send(res, refused) : undefined;
       }
       if (!route) return this.send(res, failure('not_found', `no route ${req.method ?? ''} ${url.pathname}`));
@@ -299,6 +316,15 @@ export class HttpFace {
       if (!res.headersSent) this.send(res, failure('internal', 'internal error'));
       else res.destroy();
     }
+  }
+
+  /** A route another face serves; without that face wired in, the route is unknown here. */
+  private async mount(res: ServerResponse, face: ((r: MountRequest) => Promise<void>) | undefined, r: MountRequest): Promise<void> {
+    if (!face) {
+      r.req.resume();
+      return this.send(res, failure('not_found', `no route ${r.req.method ?? ''} /mcp`));
+    }
+    return face(r);
   }
 
   private meta(req: IncomingMessage): RequestMeta {

@@ -3,7 +3,7 @@ import { EventSchema } from '../core/event-schema.ts';
 import { FunnelBodySchema, QueryBodySchema } from '../core/query/schema.ts';
 import { CreateProjectSchema } from '../engine/project-input.ts';
 import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RequestMeta } from '../engine/types.ts';
-import { pageQuery, QUERY_SCHEMAS } from '../http/query-schemas.ts';
+import { pageQuery, QUERY_SCHEMAS } from '../engine/request-params.ts';
 
 /**
  * The agent tools. Each one is a face of one engine call: its input schema is the schema the HTTP face uses for the

@@ -11,7 +11,8 @@ import type { Goal } from '../core/query/types.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
- * that imports lmdb.
+ * that imports lmdb. This file is long because the log's append, verified read, retention and erasure share one
+ * environment handle that a compaction swaps; its entry format and dictionaries already live apart (dict-lz.ts).
  *
  * The log is keyed by an increasing integer sequence, so LMDB's key order is log order and a replay is one range
  * scan. Writes are asynchronous and lmdb-js groups every write of one event-loop turn into one transaction, so

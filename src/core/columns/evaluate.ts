@@ -1,7 +1,7 @@
 /**
  * Answers a question (CONTRACT.md "Questions: POST /query") over the segments of a range, one day at a time: the
  * caller feeds each day's segments (in log order) to `addDay` and yields to its event loop between days, then asks
- * `finish`. Long because the per-day pipeline (remap dictionaries, zone check, flatten, visit table, visit filters,
+ * `finish`. This file is long because the per-day pipeline (remap dictionaries, zone check, flatten, visit table, visit filters,
  * events grouped by visit, rows) is one piece whose steps share reusable buffers.
  *
  * Values are compared as question-wide codes: each segment's dictionary is mapped once onto the question's

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { PageQuery } from '../engine/types.ts';
+import type { PageQuery } from './types.ts';
 
 /**
  * The query parameters of every JSON endpoint, one strict schema per route and method: any other parameter is a 400
