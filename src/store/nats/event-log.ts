@@ -10,8 +10,8 @@ import { eventSubject, type ResourceNames } from './resources.ts';
  * `analytics.v1.events.<partition>`, body the JSON array of the batch's LogRecords, headers `Nats-Msg-Id` (the
  * batch id: a transport retry under the same id is stored once) and `Analytics-Format: 1`. Readers and followers
  * use ordered consumers (ephemeral, no acks) pulling by bytes; a follower has a watchdog, because ordered consumers
- * of the v3 client did not always recover by themselves after a server loss on 2.9.10 (§13.9). This file is long
- * because publishing, reading and following one stream share its consumer and retry rules.
+ * of the v3 client did not always recover by themselves after a server loss on 2.9.10 (§13.9).
+ * This file is long because publishing, reading and following one stream share its consumer and retry rules.
  */
 
 /** Header naming the body's encoding: 1 = JSON array of LogRecords. Another encoding would come behind a new value. */
