@@ -3,6 +3,8 @@ import type { Config } from './config.ts';
 import { Engine } from './engine/engine.ts';
 import { startGrpcServer, type RunningGrpc } from './grpc/server.ts';
 import { isDashboardPath, serveDashboard } from './dashboard/serve.ts';
+import { ClusterBackend } from './engine/cluster-backend.ts';
+import { LmdbBackend } from './engine/lmdb-backend.ts';
 import { HttpFace } from './http/server.ts';
 import { serveMcp } from './mcp/http-endpoint.ts';
 import { OperatorMetrics } from './engine/operator-metrics.ts';
@@ -57,7 +59,11 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     log,
     ops,
     ...(opts.now ? { now: opts.now } : {}),
-    ...(opts.cluster?.tag !== undefined ? { clusterTag: opts.cluster.tag } : {}),
+    // The one place the mode is chosen: a single node on LMDB, or a node of a NATS JetStream cluster.
+    openBackend: ({ now, log: say, ops: o }: { now: () => number; log: (line: string) => void; ops: OperatorMetrics | undefined }) =>
+      config.cluster !== undefined
+        ? ClusterBackend.open(config, config.cluster, { now, log: say, version: VERSION, tag: opts.cluster?.tag })
+        : LmdbBackend.open(config, now, say, o),
   };
   const engine = await Engine.open(engineOpts);
   const c = opts.connections ?? {};

@@ -41,6 +41,8 @@ export interface Backend {
   read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal>;
   /** runs with the project's catalog entry already removed: erase its events, state and snapshots */
   eraseProject(projectId: string): Promise<void>;
+  /** before serving: deletions a crash interrupted (project and keys gone, events not yet) are finished */
+  finishInterruptedErasures(): Promise<void>;
   /** ANALYTICS_ADMIN_KEY (or a generated one on a single node) is the admin key */
   bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void>;
   health(startedAt: number): Pick<HealthView, 'log'> & { ready: boolean };

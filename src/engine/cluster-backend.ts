@@ -706,6 +706,9 @@ export class ClusterBackend implements Backend {
   // ------------------------------------------------------------ lifecycle
 
   /** Erases a deleted project's events, state, snapshots and usage everywhere (cluster-erasure.ts); resolves when done. */
+  /** An erase marker in the stream carries an interrupted deletion on; nothing waits here. */
+  async finishInterruptedErasures(): Promise<void> {}
+
   async eraseProject(projectId: string): Promise<void> {
     for (const [id, b] of this.inflight) {
       if (b.projectId !== projectId) continue;

@@ -11,9 +11,7 @@ import { classifySource, type ClientFacts } from '../enrich/index.ts';
 import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Backend } from './backend.ts';
-import { ClusterBackend } from './cluster-backend.ts';
 import { QuestionDesk } from './questions.ts';
-import { LmdbBackend } from './lmdb-backend.ts';
 import { bearerKey, bearerToken, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
 import {
@@ -72,9 +70,9 @@ export interface EngineOptions {
   version: string;
   /** the clock; injected so tests can move time */
   now?: () => number;
-  /** cluster mode, tests: a suffix for every NATS resource name (each test its own stream and buckets) */
-  clusterTag?: string | undefined;
   log?: (line: string) => void;
+  /** the storage mode (single node or cluster), chosen where the service is wired */
+  openBackend: (ctx: { now: () => number; log: (line: string) => void; ops: OperatorMetrics | undefined }) => Promise<Backend>;
 }
 
 /**
@@ -117,7 +115,7 @@ export class Engine implements AnalyticsEngine {
     });
     this.desk = new QuestionDesk({
       admitRead: async (meta, projectId) => {
-        if (this.config.cluster) await this.refreshUnknownKey(meta);
+        await this.refreshUnknownKey(meta);
         return this.admitRead(meta, projectId);
       },
       admitProject: (meta, projectId) => this.admitProject(meta, projectId),
@@ -137,20 +135,14 @@ export class Engine implements AnalyticsEngine {
     const now = opts.now ?? Date.now;
     const log = opts.log ?? ((line: string) => console.log(line));
     const ops = opts.ops;
-    const backend: Backend =
-      opts.config.cluster !== undefined
-        ? await ClusterBackend.open(opts.config, opts.config.cluster, { now, log, version: opts.version, tag: opts.clusterTag })
-        : await LmdbBackend.open(opts.config, now, log, ops);
+    const backend = await opts.openBackend({ now, log, ops });
     const engine = new Engine(opts.config, opts.version, backend, now, log);
     if (ops) {
       engine.ops = ops;
       ops.observeState(() => engine.stats());
     }
     await backend.bootstrapAdminKey(opts.config, now());
-    if (backend instanceof LmdbBackend) {
-      // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
-      for (const id of backend.pendingErasures()) await backend.eraseProject(id);
-    }
+    await backend.finishInterruptedErasures();
     engine.startTimers();
     return engine;
   }
@@ -192,7 +184,7 @@ export class Engine implements AnalyticsEngine {
 
   private async ingestBatch(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    if (this.config.cluster) await this.refreshUnknownKey(meta);
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitIngest(meta);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -296,7 +288,7 @@ export class Engine implements AnalyticsEngine {
   // ---------------------------------------------------------------- reads
 
   async metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>> {
-    if (this.config.cluster) await this.refreshUnknownKey(meta);
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
@@ -313,7 +305,7 @@ export class Engine implements AnalyticsEngine {
 
   /** The last 30 minutes of the project, by receive time, as of the engine clock. */
   async realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>> {
-    if (this.config.cluster) await this.refreshUnknownKey(meta);
+    await this.refreshUnknownKey(meta);
     const admitted = this.admitRead(meta, query.projectId);
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;

@@ -110,9 +110,9 @@ export class LmdbBackend implements Backend {
     return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops, columns);
   }
 
-  /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet. */
-  pendingErasures(): string[] {
-    return this.store.pendingErasures();
+  /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet; finished here. */
+  async finishInterruptedErasures(): Promise<void> {
+    for (const id of this.store.pendingErasures()) await this.eraseProject(id);
   }
 
   settled(): Promise<void> {
