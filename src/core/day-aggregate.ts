@@ -6,7 +6,7 @@ import { HyperLogLog } from './hyperloglog.ts';
 import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts } from './number-table.ts';
-import type { DaySnapshot } from './snapshot.ts';
+import type { DaySnapshot } from './day-snapshot.ts';
 import type { StoredEvent } from './types.ts';
 import { VisitTable } from './visit-table.ts';
 

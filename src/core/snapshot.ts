@@ -1,8 +1,8 @@
 import { DayAggregate, type StoredDay } from './day-aggregate.ts';
+export type { DaySnapshot } from './day-snapshot.ts';
 import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
-import { type RawNumberCounts } from './number-table.ts';
-import type { RawVisitTable } from './visit-table.ts';
+import type { DaySnapshot } from './day-snapshot.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
 import type { PackedRing, RecentRing, StoredRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
@@ -26,22 +26,6 @@ const LOADABLE_VERSIONS: readonly number[] = [5];
 
 type Pairs = [string, number][];
 
-export interface DaySnapshot {
-  day: string;
-  firstSeq: number;
-  lastSeq: number;
-  pageviews: number;
-  bounces: number;
-  sessionsWithPageview: number;
-  bots: number;
-  sessions: RawNumberCounts;
-  /** visitor -> visits (entries at 0 no longer count) */
-  users: RawNumberCounts;
-  /** each visit's visitor and first event time */
-  visits: RawVisitTable;
-  /** breakdown name -> pairs (see DayAggregate.breakdowns: insights, revenue and props included) */
-  breakdowns: Record<string, Pairs>;
-}
 
 export interface ProjectSnapshot {
   id: string;

@@ -1,7 +1,5 @@
 import type { Config } from '../config.ts';
-import type { SealedSource } from '../core/day-view.ts';
 import type { QueryEngine } from '../core/query/types.ts';
-import type { AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
 import type { Catalog } from '../store/seams.ts';
@@ -14,11 +12,7 @@ import type { HealthView } from './types.ts';
  * StreamFold, publish to the JetStream partition → ack, the followers fold with applyOnce.
  */
 
-/** A state to read from, once it has folded everything acknowledged before the read began (read barrier). */
-export interface ReadView {
-  state: AnalyticsState;
-  sealed: SealedSource | undefined;
-}
+export type { ReadView } from './read-query.ts';
 
 export type ReadRefusal = { unavailable: string };
 

@@ -1,7 +1,14 @@
 import { REALTIME_MINUTES } from '../core/limits.ts';
 import { metrics } from '../core/metrics.ts';
 import type { MetricsResponse, RealtimeResponse } from '../core/types.ts';
-import type { ReadView } from './backend.ts';
+import type { SealedSource } from '../core/day-view.ts';
+import type { AnalyticsState } from '../core/state.ts';
+
+/** A state to read from, once it has folded everything acknowledged before the read began (read barrier). */
+export interface ReadView {
+  state: AnalyticsState;
+  sealed: SealedSource | undefined;
+}
 
 /**
  * A read the engine has admitted and resolved (range, comparison, clock), as plain JSON: answered from local state,
