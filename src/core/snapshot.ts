@@ -16,7 +16,7 @@ import { AnalyticsState } from './state.ts';
  * minutes (small and bounded, so they are written whole each time).
  */
 /**
- * 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. 4: rings as
+ * 3: the framed live-state format with the insight breakdowns and realtime minutes. 4: rings as
  * columns and a string table (PackedRing), small live days in their compact form. 5: each live day's visits (visitor and
  * first event time) and its visitors' visit counts, so a visit counts for the visitor of its earliest event. Older
  * files hold no visits, so they do not load: startup replays the log instead (recovery.ts).

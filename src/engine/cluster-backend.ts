@@ -305,7 +305,7 @@ export class ClusterBackend implements Backend {
       if (p.generation !== gen) return;
       p.active = false;
       // e.g. lastSeq timed out during a stream leader failover: while the partition is still ours (or a standby's),
-      // try again, else it would stay unfolded and its reads refused until the next ownership change (issue 15x)
+      // try again, else it would stay unfolded and its reads refused until the next ownership change
       const again = !this.closing && this.wanted(p);
       this.log(`partition ${p.n}: start failed (${err instanceof Error ? err.message : String(err)}); ${again ? `retried in ${START_RETRY_MS} ms` : 'retried on the next ownership change'}`);
       if (again) setTimeout(() => void (!p.active && !this.closing && this.wanted(p) && this.activate(p)), START_RETRY_MS).unref();
@@ -355,7 +355,7 @@ export class ClusterBackend implements Backend {
     if (best && best.data.lastSeq > 0) {
       const refusal = await this.cp.resumeRefusal(best.data.lastSeq, best.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
       if (refusal !== undefined) {
-        // An alert for the operator: 2.9.10 was seen numbering replicas differently (CLUSTER.md §12 risk 1).
+        // An alert for the operator: nats-server 2.9.10 can number replicas differently (CLUSTER.md §12 risk 1).
         this.log(`ALERT partition ${p.n}: snapshot at sequence ${best.data.lastSeq} refused (${refusal}); replaying the partition from the start`);
         best = undefined;
       }

@@ -51,7 +51,7 @@ export interface MemberView {
    * A later revision of this incarnation arrived while it was alive: it heartbeats. A key seen only once may be the
    * last heartbeat of a node that died before this observer started watching; it looks alive for LEASE_MS on this
    * clock, and preferring it kept a joining node from claiming the partitions of a node stopped by SIGTERM for up to
-   * that long (the survivor waited ~2 s in test/cluster-failover.test.ts, issue 15t). A live member heartbeats every
+   * that long (the survivor waited ~2 s in test/cluster-failover.test.ts). A live member heartbeats every
    * RENEW_MS, well inside SETTLE_MS, so this delays no live member.
    */
   confirmed: boolean;
@@ -432,7 +432,7 @@ export class Ownership {
       this.#held.delete(n);
       // Still its preferred owner (typically the owners bucket is in a leader failover and renewals fail): the fold
       // goes on as a standby's, so the claim once the bucket answers serves at once, without restoring the
-      // partition (snapshot, replay) in the middle of the failover. Serving stops now all the same (issue 15t).
+      // partition (snapshot, replay) in the middle of the failover. Serving stops now all the same.
       if (this.fold === 'owner' && this.#preferred[n] === this.nodeId) this.#setStandby(n, true);
       this.#emit('onLose', n);
       return;

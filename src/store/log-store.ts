@@ -191,7 +191,7 @@ function tombstone(count: number): Buffer {
   return out;
 }
 
-/** A format 2 entry (kept for tests that write a log as the previous release did). */
+/** A format 2 entry (kept for tests that write a log in format 2). */
 function encodeFormat2(payload: Buffer, count: number): Buffer {
   const out = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
   out[0] = KIND_RECORDS;
@@ -368,7 +368,7 @@ export class LogStore {
     dataDir: string,
     private readonly durability: Durability,
     private readonly readOnly: boolean,
-    /** 4 (default): compressed entries; 2: as the previous release wrote them (tests of reading old logs) */
+    /** 4 (default): compressed entries; 2: in format 2, the older entry format (tests of reading old logs) */
     private readonly writeFormat: 2 | 4,
   ) {
     if (!readOnly) mkdirSync(dataDir, { recursive: true });
@@ -406,7 +406,7 @@ export class LogStore {
    * `readOnly` opens an existing data directory for tools (export, check, backup) while the service may be running.
    * `log` is kept for callers; failures lmdb-js reports on its own are contained (see containLmdbRejections) and
    * reported once by whoever awaits the write.
-   * `writeFormat: 2` writes entries as the previous release did (for tests that a log of that release is read).
+   * `writeFormat: 2` writes entries in format 2 (for tests that a log of that release is read).
    */
   static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
     containLmdbRejections();
@@ -433,7 +433,7 @@ export class LogStore {
    *
    * The sequence is taken from the log itself inside the transaction, not counted ahead: a commit that fails (a
    * full disk) leaves no gap for the next one. Writes inside use putSync: the transaction's one promise carries
-   * the outcome (per-put promises of a failed commit used to reject with nobody listening, which killed the process).
+   * the outcome (per-put promises of a failed commit reject with nobody listening otherwise, which would kill the process).
    */
   async append(records: readonly LogRecord[], extra?: (firstSeq: number) => void): Promise<number> {
     let first = 0;

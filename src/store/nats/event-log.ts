@@ -10,7 +10,7 @@ import { eventSubject, type ResourceNames } from './resources.ts';
  * `analytics.v1.events.<partition>`, body the JSON array of the batch's LogRecords, headers `Nats-Msg-Id` (the
  * batch id: a transport retry under the same id is stored once) and `Analytics-Format: 1`. Readers and followers
  * use ordered consumers (ephemeral, no acks) pulling by bytes; a follower has a watchdog, because ordered consumers
- * of the v3 client did not always recover by themselves after a server loss on 2.9.10 (§13.9).
+ * of the v3 client do not always recover by themselves after a server loss on nats-server 2.9.10 (§13.9).
  * This file is long because publishing, reading and following one stream share its consumer and retry rules.
  */
 
@@ -62,18 +62,18 @@ const READ_CHUNK_ENTRIES = 256;
 export const WATCHDOG_INTERVAL_MS = 2_000;
 /**
  * A follower behind the stream that delivered nothing for this long gets a fresh consumer (§5): just over a leader
- * failover (~5 s), so an ordered consumer the failover left stalled is replaced before reads give up (issue 15x).
+ * failover (~5 s), so an ordered consumer the failover left stalled is replaced before reads give up.
  */
 export const WATCHDOG_STALL_MS = 6_000;
 /**
  * lastSeq's JetStream API request gives up after this long (normally answered in ms): a request lost in a leader
- * failover is then asked again (read barrier, watchdog) instead of waited on for the client's default 5 s (issue 15x).
+ * failover is then asked again (read barrier, watchdog) instead of waited on for the client's default 5 s.
  */
 const LAST_SEQ_TIMEOUT_MS = 1_000;
 /**
  * The resume check's requests (firstSeq, batchIdAt: a partition's start) are asked again, each bounded by
  * LAST_SEQ_TIMEOUT_MS, for this long; past it the check fails and the caller replays the partition. One request
- * waited on for the client's default 5 s in a failover held a partition's start that long (issue 15t).
+ * waited on for the client's default 5 s in a failover held a partition's start that long.
  */
 const START_REQUEST_DEADLINE_MS = 20_000;
 /** Pause between two attempts of such a request. */
@@ -277,7 +277,7 @@ export class JetStreamEventLog implements EventLog {
   /**
    * The batch id (`Nats-Msg-Id`) of the message at `seq`, or undefined when there is none (removed, or beyond the
    * end). A snapshot names the last batch it folded; resuming checks that the stream still has that id there, since
-   * 2.9.10 was seen numbering replicas differently after a leader stall (CLUSTER.md §5, §13.14).
+   * nats-server 2.9.10 can number replicas differently after a leader stall (CLUSTER.md §5, §13.14).
    */
   async batchIdAt(seq: number): Promise<string | undefined> {
     const m = await this.startRequest(() => this.quickJsm.streams.getMessage(this.names.stream, { seq }));

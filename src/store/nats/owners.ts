@@ -8,7 +8,7 @@ import type { CasResult, LeaseStore, MemberInfo, OwnersChange, PartLease, ReadyM
  * `part.<n>` and `ready.<n>.<id>`. The lease rules are in `src/engine/ownership.ts`; this file only reads and writes
  * keys, and watches the bucket.
  *
- * The watch is a JetStream ordered consumer, which 2.9.10 was seen to leave stalled after a server loss (§13.9). A
+ * The watch is a JetStream ordered consumer, which nats-server 2.9.10 can leave stalled after a server loss (§13.9). A
  * node's own heartbeat is a probe: once a `member` write has been acknowledged, the watch must deliver that revision
  * soon; if it has not after WATCH_STALL_MS, the watch is recreated (it then redelivers every key's current value).
  */

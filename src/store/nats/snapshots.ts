@@ -32,7 +32,7 @@ const OBJECT_NAME = /^p(\d{2})\/(\d{16})$/;
 /**
  * One object-store request of a partition's start (listing, object info, first chunk) gives up after this long,
  * then is asked again: answered in ms normally, while the client's default 5 s, waited on in a stream leader
- * failover, kept a partition's reads refused past the 10 s goal (issue 15t; like event-log.ts' LAST_SEQ_TIMEOUT_MS).
+ * failover, kept a partition's reads refused past the 10 s goal (like event-log.ts' LAST_SEQ_TIMEOUT_MS).
  */
 export const LOAD_REQUEST_TIMEOUT_MS = 1_000;
 /** Pause between two attempts of such a request. */
