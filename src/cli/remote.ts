@@ -44,6 +44,26 @@ export class Remote {
     throw new CliError(describe(res.status, res.body));
   }
 
+  /** A GET whose body the caller streams (an export); a refusal becomes CliError. */
+  async stream(route: string): Promise<Response> {
+    let res: Response;
+    try {
+      res = await fetch(this.base + route, { headers: { authorization: `Bearer ${this.key}` } });
+    } catch (err) {
+      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+      throw new CliError(`cannot reach ${this.base}${cause}`);
+    }
+    if (res.ok) return res;
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      /* not JSON: keep the text */
+    }
+    throw new CliError(describe(res.status, parsed));
+  }
+
   /** The raw answer (for callers that handle 429 themselves). */
   async send(method: string, route: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
     let res: Response;

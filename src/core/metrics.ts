@@ -17,7 +17,7 @@ export interface RangeQuery {
 export type RangeResult = { ok: true; from: string; to: string } | { ok: false; message: string };
 
 /** The contract's date rules: none = today, `date`, or `from` with optional `to` (default today). */
-export function resolveRange(q: RangeQuery, today: string): RangeResult {
+export function resolveRange(q: RangeQuery, today: string, maxDays: number = MAX_RANGE_DAYS): RangeResult {
   if (q.date !== undefined && (q.from !== undefined || q.to !== undefined)) {
     return { ok: false, message: '`date` cannot be combined with `from`/`to`' };
   }
@@ -35,8 +35,8 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
     return { ok: false, message: `dates must lie between ${MIN_QUERY_DATE} and ${MAX_QUERY_DATE}` };
   }
   if (from > to) return { ok: false, message: '`from` must not be after `to`' };
-  if (daysBetween(from, to) > MAX_RANGE_DAYS) {
-    return { ok: false, message: `a range covers at most ${MAX_RANGE_DAYS} days` };
+  if (daysBetween(from, to) > maxDays) {
+    return { ok: false, message: `a range covers at most ${maxDays} days` };
   }
   return { ok: true, from, to };
 }

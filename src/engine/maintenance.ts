@@ -9,6 +9,7 @@ import { AnalyticsState, apply, collectSealable, sealAt } from '../core/state.ts
 import type { StoredEvent } from '../core/types.ts';
 import { LogDamage, LogStore } from '../store/log-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
+import { exportEvents } from './history-export.ts';
 import { Sealer } from './sealer.ts';
 
 /**
@@ -274,13 +275,8 @@ export async function* rawEvents(dataDir: string, projectId: string, from: strin
   const store = openStore(dataDir, true);
   try {
     if (!store.getProject(projectId)) throw new Error(`no project "${projectId}" in ${dataDir}`);
-    const last = store.lastSeq();
-    let n = 0;
-    for (const { record } of store.readAfter(0)) {
-      if (++n % 10_000 === 0) onProgress(n, last, 'scan');
-      if (record.t === 'e' && record.p === projectId && record.day >= from && record.day <= to) yield record;
-    }
-    onProgress(last, last, 'scan');
+    // The reader of GET /projects/{id}/export: time order, bounded chunks.
+    for await (const chunk of exportEvents(store, projectId, from, to, (done, total) => onProgress(done, total, 'export'))) yield* chunk;
   } finally {
     await store.close();
   }

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
+import { HistoryIds } from './history-ids.ts';
 import { RememberedIds, type IdKey } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 
@@ -314,6 +315,9 @@ export class LogStore {
   private eventIds!: Database<number, IdKey>;
   /** opened once; given the new handles when a compaction reopens the environment */
   private rememberedIds: RememberedIds | undefined;
+  /** [project, eventId] -> 1 for history, kept for good (see history-ids.ts) */
+  private historyIdsDb!: Database<number, IdKey>;
+  private historyIds: HistoryIds | undefined;
   private sealedStore: SealedStore | undefined;
   private nextSeq: number;
   private readonly file: string;
@@ -363,10 +367,12 @@ export class LogStore {
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
+    this.historyIdsDb = this.root.openDB<number, IdKey>({ name: 'history_ids' });
     this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
     this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
     this.dicts.clear();
     this.rememberedIds?.reopen(this.eventIds);
+    this.historyIds?.reopen(this.historyIdsDb);
     this.sealedStore?.reopen(this.root);
   }
 
@@ -846,6 +852,16 @@ export class LogStore {
         for (const k of part) void this.eventIds.remove(k);
       });
     }
+    // Its history ids, in slices (an import may have left millions): no transaction holds them all.
+    const history = this.openHistoryIds();
+    for (;;) {
+      const part: IdKey[] = [];
+      for (const k of history.keysOf(projectId)) if (part.push(k) >= ERASE_BATCH) break;
+      if (part.length === 0) break;
+      await this.root.transaction(() => {
+        for (const k of part) void this.historyIdsDb.remove(k);
+      });
+    }
     const sealed = this.openSealedStore();
     await this.root.transaction(() => {
       sealed.removeProject(projectId);
@@ -970,6 +986,11 @@ export class LogStore {
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
     return (this.rememberedIds ??= new RememberedIds(this.eventIds, () => this.gate));
+  }
+
+  /** The eventIds of history, kept for good (see history-ids.ts). */
+  openHistoryIds(): HistoryIds {
+    return (this.historyIds ??= new HistoryIds(this.historyIdsDb));
   }
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */

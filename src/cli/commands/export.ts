@@ -1,5 +1,10 @@
+import { Readable } from 'node:stream';
+import { createInterface } from 'node:readline';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { stringify } from 'csv-stringify/sync';
+import { exportLine } from '../../core/history-line.ts';
+import { MAX_EXPORT_DAYS } from '../../core/limits.ts';
+import { loadCliEnv } from '../../config.ts';
 import { rawEvents } from '../../engine/maintenance.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
 import { CliError } from '../errors.ts';
@@ -7,8 +12,9 @@ import { progress } from '../progress.ts';
 import { Remote, remote, type RemoteOptions } from '../remote.ts';
 
 /**
- * `analytics export`: daily aggregates over HTTP (one row per day), or with --raw the stored events read from the data
- * directory (LMDB allows readers beside the running service). CSV via csv-stringify (quoting and escaping done right).
+ * `analytics export`: daily aggregates over HTTP (one row per day), or with --raw the stored events, exactly as
+ * `analytics import` reads them back: remotely through GET /projects/{id}/export (--url/--key), or from the data
+ * directory with --data-dir (LMDB allows readers beside the running service). CSV via csv-stringify.
  */
 
 /** CONTRACT: a metrics range is at most 366 days; longer exports are fetched in chunks of this many days. */
@@ -23,10 +29,36 @@ function date(value: string): string {
 const addDays = (d: string, n: number) => new Date(Date.parse(`${d}T00:00:00Z`) + n * DAY_MS).toISOString().slice(0, 10);
 
 const DAILY_COLUMNS = ['date', 'users', 'sessions', 'pageviews', 'bounce_rate'] as const;
-const RAW_COLUMNS = ['ts', 'day', 'event', 'url', 'path', 'referrer', 'source', 'sessionId', 'userId', 'country', 'device', 'eventId', 'params'] as const;
+/** Raw CSV: the columns `import` reads (eventParams and items as JSON); page context is left out of CSV. */
+const RAW_COLUMNS = ['timestamp', 'event', 'url', 'referrer', 'source', 'sessionId', 'userId', 'fingerprint', 'country', 'device', 'browser', 'os', 'eventId', 'eventParams', 'items'] as const;
 
 function write(line: string): Promise<void> {
   return new Promise((resolve) => (process.stdout.write(line) ? resolve() : process.stdout.once('drain', resolve)));
+}
+
+function rawCsvRow(e: Record<string, unknown>): string {
+  return stringify([RAW_COLUMNS.map((c) => {
+    const v = e[c];
+    if (v === undefined) return '';
+    return typeof v === 'object' ? JSON.stringify(v) : String(v);
+  })]);
+}
+
+type Opts = RemoteOptions & { project: string; from: string; to: string; format: 'csv' | 'ndjson'; raw?: boolean; dataDir?: string };
+
+/** --raw remotely: the export endpoint's NDJSON, passed through line by line (CSV: converted). */
+async function remoteRaw(opts: Opts): Promise<void> {
+  const api = new Remote(opts);
+  for (let start = opts.from; start <= opts.to; start = addDays(start, MAX_EXPORT_DAYS)) {
+    const end = [addDays(start, MAX_EXPORT_DAYS - 1), opts.to].sort()[0]!;
+    const res = await api.stream(`/projects/${encodeURIComponent(opts.project)}/export?from=${start}&to=${end}`);
+    if (!res.body) continue;
+    const lines = createInterface({ input: Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), crlfDelay: Infinity });
+    for await (const line of lines) {
+      if (line === '') continue;
+      await write(opts.format === 'ndjson' ? `${line}\n` : rawCsvRow(JSON.parse(line) as Record<string, unknown>));
+    }
+  }
 }
 
 export function registerExport(program: Command): void {
@@ -34,17 +66,19 @@ export function registerExport(program: Command): void {
     remote(
       program
         .command('export')
-        .description('daily aggregates (date, users, sessions, pageviews, bounce_rate) or, with --raw, the stored events, to stdout')
+        .description('daily aggregates (date, users, sessions, pageviews, bounce_rate) or, with --raw, the stored events (what import reads), to stdout')
         .requiredOption('--project <id>', 'project id')
         .requiredOption('--from <date>', 'first day, YYYY-MM-DD', date)
         .requiredOption('--to <date>', 'last day, YYYY-MM-DD', date)
         .addOption(new Option('--format <format>', 'output format').choices(['csv', 'ndjson']).default('csv'))
-        .option('--raw', 'the stored events, read from --data-dir, instead of daily aggregates'),
+        .option('--raw', 'the stored events instead of daily aggregates: through the service (--url/--key), or from --data-dir'),
     ),
-  ).action(async (opts: RemoteOptions & { project: string; from: string; to: string; format: 'csv' | 'ndjson'; raw?: boolean; dataDir?: string }) => {
+  ).action(async (opts: Opts) => {
     if (opts.from > opts.to) throw new CliError(`--from ${opts.from} is after --to ${opts.to}`);
     if (opts.format === 'csv') await write(stringify([opts.raw ? [...RAW_COLUMNS] : [...DAILY_COLUMNS]]));
     if (opts.raw) {
+      // --data-dir reads the directory; otherwise a service URL (--url or $ANALYTICS_URL) goes through the endpoint.
+      if (opts.dataDir === undefined && (opts.url !== undefined || loadCliEnv().url !== undefined)) return remoteRaw(opts);
       const dir = resolveDataDir(opts);
       let bar: ReturnType<typeof progress> | undefined;
       await onDataDir(async () => {
@@ -52,10 +86,8 @@ export function registerExport(program: Command): void {
           bar ??= progress('export', total);
           bar.update(done);
         })) {
-          if (opts.format === 'ndjson') await write(`${JSON.stringify(e)}\n`);
-          else {
-            await write(stringify([[e.ts, e.day, e.event, e.url, e.path, e.referrer, e.source, e.sessionId, e.userId ?? '', e.country, e.device, e.eventId ?? '', JSON.stringify(e.params)]]));
-          }
+          const line = exportLine(e);
+          await write(opts.format === 'ndjson' ? `${JSON.stringify(line)}\n` : rawCsvRow(line));
         }
       }).finally(() => bar?.stop());
       return;
@@ -74,4 +106,3 @@ export function registerExport(program: Command): void {
     }
   });
 }
-
