@@ -76,7 +76,8 @@ describe('analytics CLI against a running service', () => {
 
   test('import sends an NDJSON file in batches; a re-run counts nothing twice', async () => {
     const file = path.join(svc.dataDir, 'events.ndjson');
-    const lines = Array.from({ length: 1203 }, (_, i) => JSON.stringify({ event: 'page_view', url: `https://shop.example/p${i % 7}`, sessionId: `s${i % 50}` }));
+    const start = Date.now() - 60_000;
+    const lines = Array.from({ length: 1203 }, (_, i) => JSON.stringify({ event: 'page_view', url: `https://shop.example/p${i % 7}`, sessionId: `s${i % 50}`, timestamp: start + i }));
     lines.splice(10, 0, ''); // blank lines are skipped
     writeFileSync(file, `${lines.join('\n')}\n`);
     const first = await cli(['import', '--project', projectId, file, '--key', secret, '--json']);

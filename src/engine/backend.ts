@@ -38,6 +38,8 @@ export interface Backend {
   seenForGood?(projectId: string, eventId: string, now: number): boolean;
   /** the project's stored events of [from, to], in time order, in bounded chunks */
   exportEvents?(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]>;
+  /** old days kept live for history past their seal time (tests, benches: sealed seconds after an import leaves them) */
+  historyDaysLive?(): number;
   /** events stored (or in flight) for the project this UTC month, as far as this node knows (the quota) */
   usedThisMonth(projectId: string, now: number): number;
   /** makes the records durable (LMDB commit or JetStream PubAck) before resolving; false = nothing stored, 503 */

@@ -802,6 +802,11 @@ export class Engine implements AnalyticsEngine {
     await this.backend.sealingIdle();
   }
 
+  /** For tests and benches: live days that took history (sealed seconds after an import leaves them). */
+  historyDaysLive(): number {
+    return this.backend.historyDaysLive?.() ?? 0;
+  }
+
   /** For tests and benches: write a snapshot now. */
   async snapshotNow(): Promise<void> {
     await this.backend.snapshotNow();

@@ -121,6 +121,13 @@ export class LmdbBackend implements Backend {
     return exportEvents(this.store, projectId, from, to);
   }
 
+  historyDaysLive(): number {
+    let n = 0;
+    // recent days stay live anyway (events may still arrive for them): only days past their seal time count
+    for (const p of this.state.projects.values()) for (const d of p.days.values()) if (d.heldUntil > 0 && sealAt(d.day) <= this.state.maxRt) n++;
+    return n;
+  }
+
   /** Moves the fold's clock to `now` when no record did for a while, so days held live for history get sealed. */
   private tick(now: number): void {
     if (now <= this.state.maxRt || this.state.nextSealCheck > now) return;
