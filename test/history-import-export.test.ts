@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { rebuild } from '../src/engine/maintenance.ts';
+import { check, rebuild } from '../src/engine/maintenance.ts';
 import { LogStore } from '../src/store/log-store.ts';
 import { api, createProject, startTestService, todayUtc, type TestService } from './helpers.ts';
 
@@ -152,6 +152,8 @@ describe('POST /projects/{id}/history', () => {
     svc = await svc.restart();
     assert.deepEqual(await dayFigures(key, date), whole);
     await svc.stop();
+    const checked = await check(svc.dataDir);
+    assert.ok(checked.ok, checked.problems.join('\n'));
     await rebuild(svc.dataDir);
     svc = await svc.restart();
     assert.deepEqual(await dayFigures(key, date), whole);
