@@ -20,6 +20,8 @@ import { Remote, remote, type RemoteOptions } from '../remote.ts';
 /** CONTRACT: a metrics range is at most 366 days; longer exports are fetched in chunks of this many days. */
 const MAX_RANGE_DAYS = 366;
 const DAY_MS = 86_400_000;
+/** Rows are written to stdout in pieces of about this size: one write (and one wait for drain) per line is slow. */
+const WRITE_BYTES = 64 * 1024;
 
 function date(value: string): string {
   if (!/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(Date.parse(`${value}T00:00:00Z`))) throw new InvalidArgumentError('must be a date YYYY-MM-DD');
@@ -53,11 +55,22 @@ async function remoteRaw(opts: Opts): Promise<void> {
     const end = [addDays(start, MAX_EXPORT_DAYS - 1), opts.to].sort()[0]!;
     const res = await api.stream(`/projects/${encodeURIComponent(opts.project)}/export?from=${start}&to=${end}`);
     if (!res.body) continue;
-    const lines = createInterface({ input: Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), crlfDelay: Infinity });
-    for await (const line of lines) {
-      if (line === '') continue;
-      await write(opts.format === 'ndjson' ? `${line}\n` : rawCsvRow(JSON.parse(line) as Record<string, unknown>));
+    const body = Readable.fromWeb(res.body as import('node:stream/web').ReadableStream);
+    if (opts.format === 'ndjson') {
+      // already the lines import reads: passed through as they come, at the pace stdout takes them
+      for await (const chunk of body) if (!process.stdout.write(chunk as Buffer)) await new Promise<void>((resolve) => process.stdout.once('drain', () => resolve()));
+      continue;
     }
+    let out = '';
+    for await (const line of createInterface({ input: body, crlfDelay: Infinity })) {
+      if (line === '') continue;
+      out += rawCsvRow(JSON.parse(line) as Record<string, unknown>);
+      if (out.length >= WRITE_BYTES) {
+        await write(out);
+        out = '';
+      }
+    }
+    if (out !== '') await write(out);
   }
 }
 
@@ -81,14 +94,20 @@ export function registerExport(program: Command): void {
       if (opts.dataDir === undefined && (opts.url !== undefined || loadCliEnv().url !== undefined)) return remoteRaw(opts);
       const dir = resolveDataDir(opts);
       let bar: ReturnType<typeof progress> | undefined;
+      let out = '';
       await onDataDir(async () => {
         for await (const e of rawEvents(dir, opts.project, opts.from, opts.to, (done, total) => {
           bar ??= progress('export', total);
           bar.update(done);
         })) {
           const line = exportLine(e);
-          await write(opts.format === 'ndjson' ? `${JSON.stringify(line)}\n` : rawCsvRow(line));
+          out += opts.format === 'ndjson' ? `${JSON.stringify(line)}\n` : rawCsvRow(line);
+          if (out.length >= WRITE_BYTES) {
+            await write(out);
+            out = '';
+          }
         }
+        if (out !== '') await write(out);
       }).finally(() => bar?.stop());
       return;
     }
