@@ -18,6 +18,8 @@ const quick = process.argv.includes('--quick');
 const eventsArg = process.argv.find((a) => a.startsWith('--events='));
 /** quick: seconds on a shared 2-core machine; full: the issue's 10M takes ~4 min to import here */
 const EVENTS = eventsArg ? Number(eventsArg.slice('--events='.length)) : quick ? 100_000 : 10_000_000;
+/** `--profile=DIR`: the service writes a V8 CPU profile there when it stops */
+const profileArg = process.argv.find((a) => a.startsWith('--profile='));
 const DAYS = 365;
 const HEALTH_EVERY_MS = 20;
 const RSS_EVERY_MS = 250;
@@ -83,7 +85,8 @@ async function main(): Promise<void> {
   const url = `http://127.0.0.1:${port}`;
   process.stderr.write(`writing ${EVENTS} events to ${file}...\n`);
   await writeEvents(file, EVENTS);
-  const service = spawn(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'src/main.ts')], {
+  const profile = profileArg ? ['--cpu-prof', `--cpu-prof-dir=${profileArg.slice('--profile='.length)}`] : [];
+  const service = spawn(process.execPath, [...profile, '--import', 'tsx', path.join(REPO_ROOT, 'src/main.ts')], {
     cwd: REPO_ROOT,
     env: { PATH: process.env.PATH ?? '', PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1' },
     stdio: ['ignore', 'ignore', 'inherit'],
