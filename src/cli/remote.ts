@@ -65,13 +65,15 @@ export class Remote {
   }
 
   /** The raw answer (for callers that handle 429 themselves). */
-  async send(method: string, route: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
+  async send(method: string, route: string, body?: unknown, json?: string): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
     let res: Response;
+    // `json`: the body already serialized (import joins the lines it has encoded once)
+    const sent = json ?? (body === undefined ? undefined : JSON.stringify(body));
     try {
       res = await fetch(this.base + route, {
         method,
-        headers: { authorization: `Bearer ${this.key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
+        headers: { authorization: `Bearer ${this.key}`, ...(sent === undefined ? {} : { 'content-type': 'application/json' }) },
+        body: sent,
       });
     } catch (err) {
       const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';

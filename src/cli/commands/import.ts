@@ -37,6 +37,8 @@ export function derivedEventId(projectId: string, line: string): string {
 interface Line {
   n: number;
   event: Record<string, unknown>;
+  /** the event as sent, encoded once */
+  json: string;
   bytes: number;
 }
 
@@ -84,7 +86,8 @@ function toLine(projectId: string, n: number, text: string, value: unknown): Par
   const event = { ...(value as Record<string, unknown>) };
   delete event.projectId; // the project is the one named by --project
   if (event.eventId === undefined) event.eventId = derivedEventId(projectId, text);
-  return { line: { n, event, bytes: Buffer.byteLength(JSON.stringify(event)) + 1 } };
+  const json = JSON.stringify(event);
+  return { line: { n, event, json, bytes: Buffer.byteLength(json) + 1 } };
 }
 
 async function* ndjson(input: Readable, projectId: string, onBytes: (n: number) => void): AsyncGenerator<Parsed> {
@@ -179,7 +182,7 @@ export function registerImport(program: Command): void {
     const send = async (part: Line[]): Promise<void> => {
       let pending = part;
       while (pending.length > 0) {
-        const res = await api.send('POST', route, pending.map((l) => l.event));
+        const res = await api.send('POST', route, undefined, `[${pending.map((l) => l.json).join(',')}]`);
         if (res.ok) {
           const body = res.body as { accepted: number; duplicates: number };
           accepted += body.accepted;
