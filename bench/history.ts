@@ -25,6 +25,12 @@ const HEALTH_EVERY_MS = 20;
 const RSS_EVERY_MS = 250;
 const YEAR_START = Date.UTC(2024, 0, 1);
 
+/** CPU seconds (user + system) a process has used, from /proc/PID/stat (clock ticks of 10 ms). */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
@@ -123,9 +129,11 @@ async function main(): Promise<void> {
     const rssTimer = setInterval(() => (rssMax = Math.max(rssMax, rssAnon(pid))), RSS_EVERY_MS);
 
     process.stderr.write(`importing through the CLI...\n`);
+    const cpu0 = cpuSeconds(pid);
     const t0 = performance.now();
     const imported = await runCli(['import', '--project', id, file, '--json'], { ANALYTICS_URL: url, ANALYTICS_KEY: created.keys.secret });
     const importS = (performance.now() - t0) / 1000;
+    const importCpu = cpuSeconds(pid) - cpu0;
     running = false;
     clearInterval(rssTimer);
     await health;
@@ -135,6 +143,7 @@ async function main(): Promise<void> {
     process.stderr.write(`exporting through GET /projects/{id}/export...\n`);
     const from = new Date(YEAR_START).toISOString().slice(0, 10);
     const to = new Date(YEAR_START + DAYS * 86_400_000).toISOString().slice(0, 10);
+    const cpu1 = cpuSeconds(pid);
     const t1 = performance.now();
     const res = await fetch(`${url}/projects/${id}/export?from=${from}&to=${to}`, { headers: auth });
     let lines = 0;
@@ -144,6 +153,7 @@ async function main(): Promise<void> {
       for (const b of chunk) if (b === 10) lines++;
     }
     const exportS = (performance.now() - t1) / 1000;
+    const exportCpu = cpuSeconds(pid) - cpu1;
 
     const t2 = performance.now();
     const cliExport = await runCli(['export', '--raw', '--format', 'ndjson', '--project', id, '--from', from, '--to', to], { ANALYTICS_URL: url, ANALYTICS_KEY: created.keys.secret });
@@ -153,13 +163,15 @@ async function main(): Promise<void> {
     const mib = (b: number) => `${(b / 1048576).toFixed(0)} MiB`;
     const rows: Array<[string, string, string]> = [
       [`import ${EVENTS} events (${mib(statSync(file).size)}) over ${DAYS} days through the CLI`, `${Math.round(summary.accepted / importS)} events/s (${importS.toFixed(1)} s)`, '≥ 50,000 events/s'],
+      ['service CPU per imported event (user + system)', `${((importCpu / summary.accepted) * 1e6).toFixed(1)} µs (${importCpu.toFixed(1)} s)`, ''],
       ['service anonymous RSS during the import', `${mib(rssBefore)} → max ${mib(rssMax)} (+${mib(rssMax - rssBefore)})`, '≤ +100 MiB'],
       ['GET /health longest wait during the import', `${healthMax.toFixed(1)} ms`, '≤ 50 ms'],
       [`GET /projects/{id}/export (${mib(bytes)})`, `${Math.round(lines / exportS)} events/s (${exportS.toFixed(1)} s, ${lines} lines)`, '≥ 100,000 events/s'],
+      ['service CPU per exported event', `${((exportCpu / Math.max(1, lines)) * 1e6).toFixed(1)} µs (${exportCpu.toFixed(1)} s)`, ''],
       ['analytics export --raw (remote, through the endpoint)', `${Math.round(lines / cliExportS)} events/s (${cliExportS.toFixed(1)} s)`, ''],
     ];
     for (const [what, value, goal] of rows) console.log(`${what.padEnd(70)} ${value.padEnd(44)} ${goal}`);
-    writeFileSync(path.join(REPO_ROOT, 'bench/results/history.json'), `${JSON.stringify({ events: EVENTS, importS, rssBefore, rssMax, healthMaxMs: healthMax, exportS, exportLines: lines, cliExportS }, null, 2)}\n`);
+    writeFileSync(path.join(REPO_ROOT, 'bench/results/history.json'), `${JSON.stringify({ events: EVENTS, importS, importCpu, exportCpu, rssBefore, rssMax, healthMaxMs: healthMax, exportS, exportLines: lines, cliExportS }, null, 2)}\n`);
   } finally {
     service.kill('SIGTERM');
     await new Promise((r) => service.once('exit', r));
