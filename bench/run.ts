@@ -9,6 +9,7 @@ import { median } from './lib/latency.ts';
 import { Progress } from './lib/progress.ts';
 import { GROWTH_FULL, GROWTH_QUICK, growthRows, runGrowth, type GrowthParams, type GrowthResults } from './growth.ts';
 import { CLUSTER_FULL, CLUSTER_QUICK, clusterRows, runCluster } from './cluster.ts';
+import { QUESTIONS_FULL, QUESTIONS_QUICK, questionRows, runQuestions } from './questions.ts';
 import { renderTable, type Row } from './report.ts';
 import { runState, type StateResults } from './state.ts';
 
@@ -26,6 +27,8 @@ const growthOnly = process.argv.includes('--growth');
  * processes on this machine; `--quick` scales it down (about 2 minutes). Not part of the plain `--quick` run (CI).
  */
 const clusterOnly = process.argv.includes('--cluster');
+/** `--questions`: only the column store's questions (Q1–Q6 of the "Ask anything" issue), 10M events unless `--quick`. */
+const questionsOnly = process.argv.includes('--questions');
 /**
  * `--scale=F` (with `--growth`): every state's event count times F, projects and days unchanged, for a pass at the
  * full tenant count and history length that fits in less time than the full hour (`--scale=0.1`: about 15 minutes).
@@ -90,6 +93,14 @@ async function main(): Promise<void> {
       finish(clusterRows(cluster), notes, started, { cluster, clusterParams: params });
       return;
     }
+    if (questionsOnly) {
+      const qp = quick ? QUESTIONS_QUICK : QUESTIONS_FULL;
+      progress.show(`questions: ${qp.events.toLocaleString('en-US')} events over ${qp.days} days`);
+      const questions = await runQuestions(qp);
+      progress.done();
+      finish(questionRows(questions, qp), notes, started, { questions });
+      return;
+    }
     if (growthOnly) {
       const growth = await runGrowth(tmp, GROWTH, progress);
       progress.done();
@@ -124,18 +135,23 @@ async function main(): Promise<void> {
     const state = await runState(tmp, PARAMS.state, progress);
     let growth: GrowthResults | undefined;
     if (quick) growth = await runGrowth(tmp, GROWTH, progress);
+    progress.show('questions: the column store, Q1–Q6 (bench/questions.ts)');
+    const qp = quick ? QUESTIONS_QUICK : QUESTIONS_FULL;
+    const questions = await runQuestions(qp);
     progress.next('writing results');
 
     if ('skipped' in ingest.grpc) notes.push(`gRPC rows skipped: ${ingest.grpc.skipped}`);
     const rows = buildRows(ingest, state, enrich, trackerGzip, pipeline);
     if (growth) rows.push(...growthRows(growth, GROWTH));
+    rows.push(...questionRows(questions, qp));
+    notes.push('questions: DuckDB comparison not run (needs the dev dependency @duckdb/node-api)');
     for (const r of [ingest.serviceSingle, ingest.serviceSingleNoUa, ingest.serviceBatch, ingest.lmdbSingle, ingest.bareSingle]) {
       if (r.errors) notes.push(`${r.name}: some answers were not 200, e.g. ${r.errors}`);
     }
     for (const h of state.http) if (h.errors) notes.push(`GET /metrics ${h.days}d: ${h.errors}`);
     progress.done();
 
-    finish(rows, notes, started, { ingest, state, enrich, trackerGzip, pipeline, growth });
+    finish(rows, notes, started, { ingest, state, enrich, trackerGzip, pipeline, growth, questions });
   } finally {
     progress.done();
     rmSync(tmp, { recursive: true, force: true });
@@ -161,7 +177,7 @@ function finish(rows: Row[], notes: string[], started: number, raw: object): voi
     notes,
     raw,
   };
-  const file = clusterOnly ? 'cluster.json' : growthOnly ? 'growth.json' : 'latest.json';
+  const file = clusterOnly ? 'cluster.json' : growthOnly ? 'growth.json' : questionsOnly ? 'questions.json' : 'latest.json';
   writeFileSync(path.join(out, file), `${JSON.stringify(json, null, 2)}\n`);
   process.stdout.write(`\nwritten to bench/results/${file}\n`);
 }

@@ -1,5 +1,7 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
+import { DataDirHeld } from './store/data-dir-lock.ts';
+import { StoreRefused } from './store/lmdb-probe.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;
@@ -20,7 +22,10 @@ async function main(): Promise<void> {
   }
   const service = await startService(config);
   if (!config.quiet) {
-    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}`);
+    const metricsUrl = new URL('/metrics', service.url);
+    metricsUrl.port = String(service.metricsPort);
+    const metrics = service.metricsPort === undefined ? '' : `  operator metrics ${metricsUrl.href}`;
+    console.log(`analytics ${service.engine.health().version}: HTTP ${service.url}  gRPC ${service.grpcAddress}  data ${config.dataDir}${metrics}`);
   }
   let firstSignalAt: number | undefined;
   const shutdown = (signal: string) => {
@@ -33,7 +38,7 @@ async function main(): Promise<void> {
     service.stop().then(
       () => process.exit(0),
       (err: unknown) => {
-        console.error('shutdown failed:', err);
+        console.error(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
         process.exit(1);
       },
     );
@@ -54,6 +59,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // A refusal says what is wrong, where, and the way out: the message is the whole answer, a stack would bury it.
+  if (err instanceof StoreRefused || err instanceof DataDirHeld) {
+    console.error(`failed to start: ${err.message}`);
+    process.exit(1);
+  }
   console.error('failed to start:', err);
   process.exit(1);
 });

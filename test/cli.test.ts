@@ -90,17 +90,24 @@ describe('analytics CLI against a running service', () => {
   });
 
   test('export writes daily rows as CSV and NDJSON, and the stored events with --raw', async () => {
+    // The project counts days in Berlin, ahead of UTC: from 23:00 (or 22:00) UTC its today is UTC's tomorrow, where the
+    // events just imported lie. Counts are read up to the project's today; --to's default is today in UTC.
     const today = todayUtc();
+    const last = new Intl.DateTimeFormat('en-CA', { timeZone: 'Europe/Berlin' }).format(new Date());
     const from = new Date(Date.now() - 2 * 86_400_000).toISOString().slice(0, 10);
-    const csv = await cli(['export', '--project', projectId, '--from', from, '--to', today]);
+    const csv = await cli(['export', '--project', projectId, '--from', from, '--to', last]);
     assert.equal(csv.code, 0, csv.stderr);
     const rows = csv.stdout.trim().split('\n');
     assert.equal(rows[0], 'date,users,sessions,pageviews,bounce_rate');
     assert.ok(rows.length >= 3);
-    const nd = await cli(['export', '--project', projectId, '--from', from, '--to', today, '--format', 'ndjson', '--key', secret]);
+    const utc = await cli(['export', '--project', projectId, '--from', from, '--to', today]);
+    const noTo = await cli(['export', '--project', projectId, '--from', from]);
+    assert.equal(noTo.code, 0, noTo.stderr);
+    assert.equal(noTo.stdout, utc.stdout, '--to defaults to today (UTC)');
+    const nd = await cli(['export', '--project', projectId, '--from', from, '--to', last, '--format', 'ndjson', '--key', secret]);
     const days = nd.stdout.trim().split('\n').map((l) => JSON.parse(l));
     assert.equal(days.reduce((n: number, d: { pageviews: number }) => n + d.pageviews, 0), 1203);
-    const raw = await cli(['export', '--project', projectId, '--from', from, '--to', today, '--raw', '--format', 'ndjson', '--data-dir', svc.dataDir]);
+    const raw = await cli(['export', '--project', projectId, '--from', from, '--to', last, '--raw', '--format', 'ndjson', '--data-dir', svc.dataDir]);
     assert.equal(raw.code, 0, raw.stderr);
     const events = raw.stdout.trim().split('\n').map((l) => JSON.parse(l));
     assert.equal(events.length, 1203);
@@ -118,6 +125,8 @@ describe('analytics CLI against a running service', () => {
     assert.equal((await cli(['projects', 'frobnicate'])).code, 2);
     assert.equal((await cli(['keys', 'create', projectId, '--type', 'admin'])).code, 2);
     assert.equal((await cli(['export', '--project', projectId])).code, 2);
+    const importHelp = await cli(['import', '--help']);
+    assert.match(importHelp.stdout.replace(/\s+/g, ' '), /sk_ key or an ak_ admin key \(POST \/projects\/\{id\}\/history takes both; pk_ and rk_ are refused\)/);
     const help = await cli(['keys', 'rotate', '--help']);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /--overlap/);
@@ -125,7 +134,7 @@ describe('analytics CLI against a running service', () => {
 
   test('check passes on a healthy data directory, rebuild re-folds it, and check lists a damaged snapshot (exit 1)', async () => {
     await svc.stop();
-    const ok = await cli(['check', '--data-dir', svc.dataDir]);
+    const ok = await cli(['check'], { ANALYTICS_DATA_DIR: svc.dataDir }); // the data-dir rule: --data-dir, else the variable, else ./storage
     assert.equal(ok.code, 0, ok.stderr + ok.stdout);
     assert.match(ok.stdout, /^ok: \d+ log entries in sequence, 1 snapshot\(s\) verified/);
     assert.match(ok.stderr, /^log: 100% /m, 'plain progress lines when stderr is not a terminal');

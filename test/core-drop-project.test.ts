@@ -84,8 +84,9 @@ describe('dropProject (a folded erase marker)', () => {
   test('the drop takes days, ring, realtime, monthly count, eventIds and queued seal requests of that project only', () => {
     const s = new AnalyticsState();
     const g = { p: 'p_a', day: DAYS[0]!, session: 1, path: '/', id: 'e1' as string | undefined };
-    applyOnce(s, 1, record(g, 0));
-    applyOnce(s, 2, record({ ...g, p: 'p_b' }, 1));
+    // stamped when received: live traffic, so both projects hold realtime minutes
+    applyOnce(s, 1, { ...record(g, 0), ts: T0 });
+    applyOnce(s, 2, { ...record({ ...g, p: 'p_b' }, 1), ts: T0 + 60_000 });
     s.sealQueue.push({ projectId: 'p_a', day: s.projects.get('p_a')!.days.get(DAYS[0]!)! }, { projectId: 'p_b', day: s.projects.get('p_b')!.days.get(DAYS[0]!)! });
     assert.equal(rememberedIdCount(s), 2);
     assert.equal(s.realtimeHeld.size, 2);

@@ -116,6 +116,34 @@ describe('the reducer', () => {
     );
   });
 
+  test('a visit counts for the visitor of its earliest event, so users never exceed sessions', () => {
+    // Coarse times (ties decided by log order) and identities that change within a visit, in any arrival order.
+    const visitEvent = eventArb.chain((e) =>
+      fc.record({ minute: fc.integer({ min: 0, max: 5 }), user: fc.constantFrom('u:a', 'u:b', 'f:x', `s:${e.sessionId}`) }).map(({ minute, user }) => ({
+        ...e,
+        ts: Date.parse(`${e.day}T12:00:00Z`) + minute * 60_000,
+        user,
+      })),
+    );
+    fc.assert(
+      fc.property(fc.array(visitEvent, { maxLength: 300 }), fc.nat(), (events, cut) => {
+        const k = events.length === 0 ? 0 : cut % (events.length + 1);
+        const whole = fold(events);
+        const restored = fold(events, fromSnapshot(deserialize(serialize(toSnapshot(fold(events.slice(0, k)))))), k);
+        for (const p of PROJECTS) {
+          for (const [from, to] of ranges()) {
+            const got = metrics(whole, p, 'UTC', from, to);
+            assert.ok(got.users <= got.sessions, `${got.users} users > ${got.sessions} sessions`);
+            for (const d of got.daily) assert.ok(d.users <= d.sessions, `${d.date}: ${d.users} users > ${d.sessions} sessions`);
+            assert.equal(got.users, referenceMetrics(events, p, from, to).users);
+            assert.deepEqual(metrics(restored, p, 'UTC', from, to), got);
+          }
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+
   test('breakdowns are ordered by count, highest first', () => {
     const events = fc.sample(eventArb, { numRuns: 500, seed: 7 });
     const m = metrics(fold(events), 'p_a', 'UTC', DAYS[0]!, DAYS[2]!);

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { hash53 } from '../src/core/hash.ts';
 import { HyperLogLog } from '../src/core/hyperloglog.ts';
 import { metrics } from '../src/core/metrics.ts';
+import { sealDay } from '../src/core/sealed-day.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 
@@ -48,4 +49,25 @@ test('range users are exact for small days and within 1 % once days are sketched
     for (let i = d * 100; i < d * 100 + 200; i++) apply(small, ++seq, visit(day, `u${i}`));
   });
   assert.equal(metrics(small, 'p', 'UTC', days[0]!, days[2]!).users, 400);
+});
+
+test('a sketched day whose visits move to an earlier event forgets the visitors they leave: day exact, range and sealed day within 1 %', () => {
+  const state = new AnalyticsState();
+  let seq = 0;
+  const day = '2026-11-01';
+  const noon = Date.parse(`${day}T12:00:00Z`);
+  // 20,000 anonymous visits; then, for half of them, an earlier event naming a signed-in user (u0..u999): the visit
+  // now counts for that user, and its anonymous visitor no longer counts.
+  for (let i = 0; i < 20_000; i++) apply(state, ++seq, { ...visit(day, `s${i}`), user: `s:s${i}` });
+  for (let i = 0; i < 10_000; i++) apply(state, ++seq, { ...visit(day, `s${i}`), ts: noon - 1000, user: `u:u${i % 1000}` });
+  const want = 10_000 + 1_000;
+  const m = metrics(state, 'p', 'UTC', day, day);
+  assert.deepEqual([m.users, m.sessions], [want, 20_000]);
+  const range = metrics(state, 'p', 'UTC', day, '2026-11-02');
+  assert.ok(Math.abs(range.users - want) / want < 0.01, `range users ${range.users}, want ${want}`);
+  const sealed = sealDay(state.project('p').days.get(day)!);
+  assert.ok(sealed.sketch && !sealed.userHashes);
+  const est = new HyperLogLog(sealed.sketch).estimate();
+  assert.ok(Math.abs(est - want) / want < 0.01, `sealed sketch ${est}, want ${want}`);
+  assert.equal(sealed.figures.users, want);
 });

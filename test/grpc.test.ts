@@ -663,7 +663,7 @@ describe('standard services', () => {
     const file = files.find((f) => f.package === 'analytics.v1');
     assert.ok(file, files.map((f) => f.name).join(', '));
     const methods = file.service.find((s) => s.name === 'AnalyticsService')?.method ?? [];
-    assert.deepEqual(methods.map((m) => m.name), ['Ingest', 'IngestStream', 'GetMetrics', 'GetRealtime', 'ListProjects', 'CreateProject', 'UpdateProject', 'DeleteProject', 'ListKeys', 'CreateKey', 'UpdateKey', 'RevokeKey']);
+    assert.deepEqual(methods.map((m) => m.name), ['Ingest', 'IngestStream', 'GetMetrics', 'GetRealtime', 'ListProjects', 'CreateProject', 'UpdateProject', 'DeleteProject', 'ListKeys', 'CreateKey', 'UpdateKey', 'RevokeKey', 'Query', 'QueryFunnel', 'ListGoals', 'CreateGoal', 'DeleteGoal']);
     const stream = methods.find((m) => m.name === 'IngestStream');
     assert.equal(stream?.clientStreaming, true);
     assert.equal(stream?.serverStreaming, true);

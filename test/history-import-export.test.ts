@@ -106,13 +106,19 @@ describe('POST /projects/{id}/history', () => {
       { event: 'page_view', url: '/c', timestamp: '1999-12-31T23:59:59Z' },
       { event: 'page_view', url: '/d', timestamp: Date.now() + 3_600_000 },
       { event: 'x', timestamp: at('2019-01-01', 1), browser: '' },
+      { event: 'page_view', url: '/e', timestamp: at('2019-01-01', 1) / 1000 },
     ]);
     assert.equal(bad.status, 400);
     assert.equal(bad.body.error.code, 'invalid_event');
-    const byIndex = new Map((bad.body.error.details as Array<{ index: number; path: string }>).map((d) => [d.index, d.path]));
-    assert.deepEqual([...byIndex.keys()].sort(), [1, 2, 3, 4]);
+    const details = bad.body.error.details as Array<{ index: number; path: string; message: string }>;
+    const byIndex = new Map(details.map((d) => [d.index, d.path]));
+    assert.deepEqual([...byIndex.keys()].sort(), [1, 2, 3, 4, 5]);
     assert.equal(byIndex.get(1), 'timestamp');
     assert.equal(byIndex.get(4), 'browser');
+    assert.match(details.find((d) => d.index === 2)!.message, /before 2000-01-01/);
+    // a timestamp in seconds reads as 1970: history says so, as live ingest does
+    assert.equal(byIndex.get(5), 'timestamp');
+    assert.match(details.find((d) => d.index === 5)!.message, /looks like seconds since epoch \(1546304400\); milliseconds since epoch are expected \(1546304400000\)/);
     assert.equal((await dayFigures(p.keys.secret, '2019-01-01')).pageviews, 0, 'a refused batch stores nothing');
     assert.equal((await history(p.keys.publishable, id, [{ event: 'x', timestamp: at('2019-01-01', 1) }])).status, 403);
     const other = await createProject(svc.url, svc.adminKey);
@@ -237,6 +243,16 @@ describe('export and import', () => {
       const want = await dayFigures(aKey, date);
       assert.ok((want.pageviews as number) > 0, date);
       assert.deepEqual(await dayFigures(b.keys.secret, date), want, date);
+    }
+    // history reaches the column store: POST /query over the imported old days says what /metrics says
+    for (const key of [aKey, b.keys.secret]) {
+      for (const q of [{ date: '2020-02-28' }, { date: '2020-02-29' }, { from: '2020-02-28', to: '2020-02-29' }] as Array<Record<string, string>>) {
+        const asked = await api(svc.url, '/query', { key, body: { ...q, metrics: ['visitors', 'visits', 'pageviews'] } });
+        assert.equal(asked.status, 200, JSON.stringify(asked.body));
+        const m = (await api(svc.url, `/metrics?${new URLSearchParams(q)}`, { key })).body;
+        assert.ok(m.pageviews > 0);
+        assert.deepEqual(asked.body.totals, [m.users, m.sessions, m.pageviews], JSON.stringify(q));
+      }
     }
     const range = `/metrics?from=${day(2)}&to=${day(0)}`;
     const ra = (await api(svc.url, range, { key: aKey })).body;

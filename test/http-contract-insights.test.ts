@@ -185,7 +185,7 @@ describe('breakdowns, revenue and props', () => {
 });
 
 describe('GET /metrics/realtime', () => {
-  test('counts the last 30 minutes by receive time, visitors over the last 5, on the engine clock', async () => {
+  test('counts the last 30 minutes by event time, visitors over the last 5, sources by visit, on the engine clock', async () => {
     clock.set(NOW);
     const p = await createProject(svc.url, svc.adminKey, { monthly_quota: 0 });
     const empty = await realtime(p.keys.secret);
@@ -197,21 +197,32 @@ describe('GET /metrics/realtime', () => {
       clock.set(start + i * MINUTE);
       await send(p.keys.secret, [pv(`/p${i % 12}`, { sessionId: `rt${i}`, referrer: i % 2 ? 'https://www.google.com/' : '' })]);
     }
-    await send(p.keys.secret, [{ event: 'click', sessionId: 'rt40' }, pv('/p0', { sessionId: 'extra', timestamp: Date.parse('2026-11-01T00:00:00Z') })]);
+    await send(p.keys.secret, [
+      { event: 'click', sessionId: 'rt40' },
+      // stamped before the window (a backfill, a queue flushed late): not live traffic, though it arrives now
+      pv('/p0', { sessionId: 'extra', timestamp: Date.parse('2026-11-01T00:00:00Z') }),
+      pv('/p0', { sessionId: 'late', timestamp: Date.parse(NOW) - 35 * MINUTE }),
+      // stamped 3 minutes ago, arriving now: counts in its own minute
+      pv('/off', { sessionId: 'offline', timestamp: Date.parse(NOW) - 3 * MINUTE }),
+      // one visit from Google moving between pages of the site: one visit for Google, not page views for Direct
+      pv('/a', { sessionId: 'nav', referrer: 'https://www.google.com/' }),
+      pv('/b', { sessionId: 'nav', referrer: 'https://a.example/a' }),
+      pv('/c', { sessionId: 'nav', referrer: 'https://a.example/b' }),
+    ]);
     await ingest(svc.url, p.keys.secret, pv('/bot', { sessionId: 'bot' }), { headers: { 'user-agent': GOOGLEBOT } });
 
     const r = await realtime(p.keys.secret);
     assert.equal(r.perMinute.length, 30);
-    assert.deepEqual(r.perMinute, [...new Array(29).fill(1), 2], 'one per minute, two in the current one (an old timestamp counts by receive time)');
-    assert.equal(r.pageviews, 31);
-    assert.equal(r.visitors, 6, 'sessions of the last 5 minutes: rt36..rt40 and extra');
+    assert.deepEqual(r.perMinute, [...new Array(26).fill(1), 2, 1, 1, 4], 'one per minute, the offline one in its minute, three more now');
+    assert.equal(r.pageviews, 34);
+    assert.equal(r.visitors, 7, 'sessions of the last 5 minutes: rt36..rt40, offline and nav');
     assert.equal(Object.keys(r.pages).length, 10, 'top 10 pages');
-    assert.deepEqual(r.sources, { Direct: 16, Google: 15 });
-    assert.equal(r.pages['/p0'], 4, '/p0 at minutes 12, 24, 36 and the old-timestamp one');
+    assert.deepEqual(r.sources, { Direct: 16, Google: 16 }, 'visits by source: rt11..rt40, offline and nav once each');
+    assert.equal(r.pages['/p0'], 3, '/p0 at minutes 12, 24 and 36; none from the events stamped before the window');
 
     clock.advance(10 * MINUTE);
     const later = await realtime(p.keys.secret);
-    assert.deepEqual(later.perMinute, [...new Array(19).fill(1), 2, ...new Array(10).fill(0)]);
+    assert.deepEqual(later.perMinute, [...new Array(16).fill(1), 2, 1, 1, 4, ...new Array(10).fill(0)]);
     assert.equal(later.visitors, 0);
   });
 

@@ -11,7 +11,7 @@ import { OTHER_KEY } from '../src/core/limits.ts';
 import { metrics } from '../src/core/metrics.ts';
 import { NumberCounts, NumberSet } from '../src/core/number-table.ts';
 import { RecentRing, type RingEntry } from '../src/core/recent-ring.ts';
-import { fromSnapshot, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
+import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { SnapshotFiles } from '../src/store/snapshot-files.ts';
@@ -271,38 +271,47 @@ describe('days and rings asleep after a restore', () => {
 });
 
 describe('older snapshots', () => {
-  test('a snapshot file of the previous layout and version (rings as flat arrays inside the project frame) still restores', () => {
-    const events = fc.sample(eventArb, { numRuns: 300, seed: 11 });
-    const state = fold(events);
-    const data = toSnapshot(state);
-    // Written as the previous writer did: MAGIC ASNAP002, version 3, the ring as a flat array in the project frame.
-    const frames: Buffer[] = [serialize({ version: 3, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length })];
-    for (const p of data.projects) {
-      const ring = state.project(p.id).recent.oldestFirst();
-      const flat = ring.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]);
-      frames.push(serialize({ id: p.id, monthly: p.monthly, realtime: p.realtime, recent: serialize(flat), days: p.days.length }));
-      for (const d of p.days) frames.push(serialize(d));
-    }
-    const dir = mkdtempSync(path.join(tmpdir(), 'old-snapshot-'));
-    try {
-      mkdirSync(path.join(dir, 'snapshots'));
-      const hash = createHash('sha256');
-      const parts: Buffer[] = [MAGIC_V2];
-      for (const f of frames) {
-        const head = frameHeader(f.length);
-        hash.update(head).update(f);
-        parts.push(head, f);
+  /**
+   * A file in the previous layout (MAGIC ASNAP002, the ring as a flat array in the project frame) still reads; one of
+   * a version before visits were kept (3, 4) is refused by fromSnapshot, so startup replays the log (recovery.ts).
+   */
+  for (const version of [SNAPSHOT_VERSION, 3]) {
+    test(`a snapshot file of the previous layout, version ${version}: ${version === 3 ? 'read, then refused (the log is replayed)' : 'restores'}`, () => {
+      const events = fc.sample(eventArb, { numRuns: 300, seed: 11 });
+      const state = fold(events);
+      const data = toSnapshot(state);
+      const frames: Buffer[] = [serialize({ version, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length })];
+      for (const p of data.projects) {
+        const ring = state.project(p.id).recent.oldestFirst();
+        const flat = ring.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]);
+        frames.push(serialize({ id: p.id, monthly: p.monthly, realtime: p.realtime, recent: serialize(flat), days: p.days.length }));
+        for (const d of p.days) frames.push(serialize(d));
       }
-      parts.push(frameHeader(0), hash.digest());
-      writeFileSync(path.join(dir, 'snapshots', `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`), Buffer.concat(parts));
-      const loaded = new SnapshotFiles(dir).loadNewest(data.lastSeq, (f, why) => assert.fail(`${f}: ${why}`));
-      assert.ok(loaded);
-      const restored = fromSnapshot(loaded);
-      for (const [from, to] of RANGES) {
-        assert.deepEqual(metrics(restored, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }), metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+      const dir = mkdtempSync(path.join(tmpdir(), 'old-snapshot-'));
+      try {
+        mkdirSync(path.join(dir, 'snapshots'));
+        const hash = createHash('sha256');
+        const parts: Buffer[] = [MAGIC_V2];
+        for (const f of frames) {
+          const head = frameHeader(f.length);
+          hash.update(head).update(f);
+          parts.push(head, f);
+        }
+        parts.push(frameHeader(0), hash.digest());
+        writeFileSync(path.join(dir, 'snapshots', `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`), Buffer.concat(parts));
+        const loaded = new SnapshotFiles(dir).loadNewest(data.lastSeq, (f, why) => assert.fail(`${f}: ${why}`));
+        assert.ok(loaded);
+        if (version === 3) {
+          assert.throws(() => fromSnapshot(loaded), /unsupported snapshot version 3/);
+          return;
+        }
+        const restored = fromSnapshot(loaded);
+        for (const [from, to] of RANGES) {
+          assert.deepEqual(metrics(restored, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }), metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    });
+  }
 });

@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { EventSchema } from '../src/core/event-schema.ts';
 import { CreateProjectSchema } from '../src/engine/project-input.ts';
 import { QUERY_SCHEMAS } from '../src/http/query-schemas.ts';
+import { FunnelBodySchema, QueryBodySchema } from '../src/core/query/schema.ts';
 import { api, createProject, startTestService, todayUtc, type CreatedProject, type TestService } from './helpers.ts';
 
 /**
@@ -94,10 +95,10 @@ for (const transport of ['http', 'stdio'] as const) {
   describe(`MCP over ${transport === 'http' ? 'Streamable HTTP at /mcp' : 'stdio (analytics mcp)'}`, () => {
     test('lists the tools the key\'s scope allows, each with the HTTP face\'s input schema', async () => {
       const names = async (key: string) => (await (await connect(transport, key)).listTools()).tools.map((t) => t.name).sort();
-      assert.deepEqual(await names(svc.adminKey), ['create_project', 'get_metrics', 'get_realtime', 'list_projects']);
-      assert.deepEqual(await names(project.keys.secret), ['get_metrics', 'get_realtime', 'list_projects', 'track_event']);
+      assert.deepEqual(await names(svc.adminKey), ['create_project', 'funnel', 'get_metrics', 'get_realtime', 'list_projects', 'query']);
+      assert.deepEqual(await names(project.keys.secret), ['funnel', 'get_metrics', 'get_realtime', 'list_projects', 'query', 'track_event']);
       assert.deepEqual(await names(project.keys.publishable), ['track_event']);
-      assert.deepEqual(await names(await readKey()), ['get_metrics', 'get_realtime']);
+      assert.deepEqual(await names(await readKey()), ['funnel', 'get_metrics', 'get_realtime', 'query']);
 
       const admin = await connect(transport, svc.adminKey);
       const tools = Object.fromEntries((await admin.listTools()).tools.map((t) => [t.name, t]));
@@ -105,7 +106,16 @@ for (const transport of ['http', 'stdio'] as const) {
       assert.deepEqual(tools.get_metrics!.inputSchema, jsonSchema(QUERY_SCHEMAS['/metrics'].GET));
       assert.deepEqual(tools.get_realtime!.inputSchema, jsonSchema(QUERY_SCHEMAS['/metrics/realtime'].GET));
       assert.deepEqual(tools.list_projects!.inputSchema, jsonSchema(QUERY_SCHEMAS['/projects'].GET));
+      assert.deepEqual(tools.query!.inputSchema, jsonSchema(QueryBodySchema));
+      assert.deepEqual(tools.funnel!.inputSchema, jsonSchema(FunnelBodySchema));
       assert.equal(tools.get_metrics!.annotations?.readOnlyHint, true);
+      // the question tools answer with the engine's rules: a bad name is refused naming it
+      const refusedQuery = refusal(await call(admin, 'query', { projectId: project.project.id, metrics: ['sessions'] }));
+      assert.equal(refusedQuery.code, 'invalid_request');
+      assert.match(refusedQuery.message, /sessions/);
+      const refusedFunnel = refusal(await call(admin, 'funnel', { projectId: project.project.id, steps: [{ page: '/' }, 'No such goal'] }));
+      assert.equal(refusedFunnel.code, 'invalid_request');
+      assert.match(refusedFunnel.message, /No such goal/);
       const sk = await connect(transport, project.keys.secret);
       const track = (await sk.listTools()).tools.find((t) => t.name === 'track_event')!;
       assert.deepEqual(track.inputSchema, jsonSchema(EventSchema));

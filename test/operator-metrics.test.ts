@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { AnalyticsClient } from '../src/grpc/client.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
@@ -61,6 +63,14 @@ test('METRICS_PORT serves Prometheus text with requests, events, latencies, snap
   assert.equal(value(text, 'analytics_sealed_days'), 0);
   assert.ok(value(text, 'analytics_process_resident_memory_bytes')! > 1e6);
   assert.ok(value(text, 'analytics_nodejs_eventloop_lag_p99_seconds') !== undefined);
+});
+
+test('after a restart analytics_snapshot_bytes is the newest snapshot on disk before any new one is written', async () => {
+  svc = await svc.restart({ METRICS_PORT: '0' });
+  const text = await scrape();
+  assert.equal(value(text, 'analytics_snapshot_duration_seconds_count'), 0, 'no snapshot written since the start');
+  const newest = readdirSync(path.join(svc.dataDir, 'snapshots')).filter((f) => f.endsWith('.bin')).sort().at(-1)!;
+  assert.equal(value(text, 'analytics_snapshot_bytes'), statSync(path.join(svc.dataDir, 'snapshots', newest)).size);
 });
 
 test('the main port is unchanged: GET /metrics there still wants a key', async () => {

@@ -13,10 +13,12 @@ export function referenceMetrics(all: StoredEvent[], projectId: string, from: st
     for (const k of keys) m[k] = (m[k] ?? 0) + 1;
     return m;
   };
-  const sessions = new Map<string, { first: StoredEvent; pv: number; entry?: string }>();
+  const sessions = new Map<string, { first: StoredEvent; earliest: StoredEvent; pv: number; entry?: string }>();
   for (const e of inRange) {
     const k = `${e.sessionId}\u0000${e.day}`;
-    const s = sessions.get(k) ?? { first: e, pv: 0 };
+    const s = sessions.get(k) ?? { first: e, earliest: e, pv: 0 };
+    // the visit's visitor: its earliest event's (equal times: the one earlier in the log)
+    if (e.ts < s.earliest.ts) s.earliest = e;
     if (e.event === 'page_view') {
       if (s.pv === 0) s.entry = e.path || '/';
       s.pv++;
@@ -40,7 +42,7 @@ export function referenceMetrics(all: StoredEvent[], projectId: string, from: st
   const rate = (n: number, d: number) => (d === 0 ? '0.0%' : `${((n / d) * 100).toFixed(1)}%`);
   const ring = mine.slice(-RECENT_RING_SIZE).reverse();
   return {
-    users: new Set(inRange.map((e) => e.user)).size,
+    users: new Set(list.map((s) => s.earliest.user)).size,
     sessions: list.length,
     pageviews: inRange.filter((e) => e.event === 'page_view').length,
     bounceRate: rate(bounces, withPv),

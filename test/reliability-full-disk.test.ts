@@ -94,13 +94,21 @@ test('a real full disk (24 MiB tmpfs): the process stays up, refuses writes with
     for (let i = 0; i < 5; i++) assert.equal((await api(child.url, '/analytics', { key, body: batch(`g${i}-`, 100, 400) })).status, 503);
     assert.equal((await api(child.url, '/health')).status, 503);
     assert.equal(await storedEvents(child.url, key), acked);
-    await new Promise((r) => setTimeout(r, 500));
+    // the idle health probe runs every 10 s: past it, /health still says what a write would get
+    await new Promise((r) => setTimeout(r, 11_000));
+    assert.equal((await api(child.url, '/health')).status, 503, 'health stays 503 while the disk is full');
+    // one line naming ENOSPC and the path, not lmdb's stack per failed commit
+    const failures = child.output().split('\n').filter((l) => l.includes('storage write failed'));
+    assert.equal(failures.length, 1, child.output().slice(-3000));
+    assert.match(failures[0]!, new RegExp(`no space left on the device holding ${dataDir} \\(ENOSPC`));
+    assert.doesNotMatch(child.output(), /lmdb[\\/]write\.js|^\s+at /m, 'no stack traces');
     assert.equal(exitCode, undefined, `the process is still up: ${child.output().slice(-500)}`);
     rmSync(path.join(mnt, 'filler'));
     const resumed = await api(child.url, '/analytics', { key, body: batch('h', 10) });
     assert.equal(resumed.status, 200, 'writes resume by themselves once space is back');
     acked += 10;
     assert.equal((await api(child.url, '/health')).status, 200);
+    assert.match(child.output(), /storage accepts writes again/);
     assert.equal(await storedEvents(child.url, key), acked);
     const exited = new Promise((r) => child.proc.once('exit', r));
     child.proc.kill('SIGTERM');

@@ -47,6 +47,7 @@ const REFERRERS: Array<[string, string]> = [
 
 interface Row {
   seq: number;
+  ts: number;
   day: string;
   event: string;
   path: string;
@@ -79,11 +80,19 @@ let days: string[];
 function generate(rand: () => number, start: number, span: number, count: number, offset: number, sessions: number): { events: object[]; rows: Row[] } {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const stamps = Array.from({ length: count }, () => start + Math.floor(rand() * span)).sort((x, y) => x - y);
+  // Some events arrive out of time order (an offline queue flushed late): a visit's first event by time may come later.
+  for (let i = 0; i < count; i++) {
+    if (rand() < 0.1) {
+      const j = Math.floor(rand() * count);
+      [stamps[i], stamps[j]] = [stamps[j]!, stamps[i]!];
+    }
+  }
   const events: object[] = [];
   const rows: Row[] = [];
   stamps.forEach((ts, i) => {
     const s = Math.floor(rand() * sessions);
-    const userId = s % 3 === 0 ? undefined : `u${s % (sessions / 2)}`;
+    // Some visits sign in part way (only some of their events carry the userId), so visitor != any event's user.
+    const userId = s % 3 === 0 || (s % 3 === 1 && rand() < 0.5) ? undefined : `u${s % (sessions / 2)}`;
     const [referrer, source] = pick(REFERRERS);
     const event = rand() < 0.7 ? 'page_view' : pick(['signup', 'click', 'download', 'purchase']);
     const p = pick(['/', '/pricing', '/docs', '/blog/a', '/blog/b']);
@@ -105,6 +114,7 @@ function generate(rand: () => number, start: number, span: number, count: number
     const value = typeof params.value === 'number' ? params.value : '';
     rows.push({
       seq: offset + i,
+      ts,
       day: new Date(ts).toISOString().slice(0, 10),
       event,
       path: p,
@@ -137,12 +147,12 @@ async function send(url: string, secret: string, events: object[]): Promise<void
 
 /** The rows into a fresh SQLite table `e`. */
 function load(file: string, rows: Row[]): void {
-  const cols = ['seq', 'day', 'event', 'path', 'session', 'user', 'source', 'country', 'device', 'browser', 'os', 'medium', 'campaign', 'value', 'currency', 'plan', 'seats'] as const;
+  const cols = ['seq', 'ts', 'day', 'event', 'path', 'session', 'user', 'source', 'country', 'device', 'browser', 'os', 'medium', 'campaign', 'value', 'currency', 'plan', 'seats'] as const;
   const csv = rows.map((r) => cols.map((c) => r[c]).join(',')).join('\n');
   const csvFile = `${file}.csv`;
   writeFileSync(csvFile, `${csv}\n`);
   execFileSync('sqlite3', [file], {
-    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT, browser TEXT, os TEXT, medium TEXT, campaign TEXT, value REAL, currency TEXT, plan TEXT, seats TEXT);\n.mode csv\n.import ${csvFile} e\n`,
+    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, ts INTEGER, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT, browser TEXT, os TEXT, medium TEXT, campaign TEXT, value REAL, currency TEXT, plan TEXT, seats TEXT);\n.mode csv\n.import ${csvFile} e\n`,
   });
 }
 
@@ -178,7 +188,10 @@ function breakdown(query: string, file = db): Record<string, number> {
 function expected(from: string, to: string, file = db) {
   const w = `day BETWEEN '${from}' AND '${to}'`;
   const one = <T>(q: string) => sql<T>(q, file)[0]!;
-  const { users } = one<{ users: number }>(`SELECT COUNT(DISTINCT user) users FROM e WHERE ${w}`);
+  // A visit's visitor: the user of its earliest event (equal times: the lowest seq).
+  const { users } = one<{ users: number }>(
+    `SELECT COUNT(DISTINCT user) users FROM (SELECT user, ROW_NUMBER() OVER (PARTITION BY session, day ORDER BY ts, seq) r FROM e WHERE ${w}) WHERE r = 1`,
+  );
   const { sessions } = one<{ sessions: number }>(`SELECT COUNT(*) sessions FROM (SELECT DISTINCT session, day FROM e WHERE ${w})`);
   const { pageviews } = one<{ pageviews: number }>(`SELECT COUNT(*) pageviews FROM e WHERE ${w} AND event = 'page_view'`);
   const { b, s } = one<{ b: number | null; s: number | null }>(

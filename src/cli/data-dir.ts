@@ -2,15 +2,17 @@ import type { Command } from 'commander';
 import { loadCliEnv } from '../config.ts';
 import { CliError } from './errors.ts';
 
-/** --data-dir (default $ANALYTICS_DATA_DIR) for commands that read the data directory. */
+/** Where the service keeps its data when ANALYTICS_DATA_DIR is unset (config.ts): every data-dir command looks there too. */
+export const DEFAULT_DATA_DIR = './storage';
+
+/** --data-dir for commands that work on the data directory; one rule for all of them (resolveDataDir). */
 export function dataDirOption(cmd: Command): Command {
-  return cmd.option('--data-dir <dir>', 'the service\'s data directory (default: $ANALYTICS_DATA_DIR)');
+  return cmd.option('--data-dir <dir>', `the service's data directory (default: $ANALYTICS_DATA_DIR, else ${DEFAULT_DATA_DIR})`);
 }
 
+/** --data-dir, else ANALYTICS_DATA_DIR, else ./storage: the directory the service started in the same place uses. */
 export function resolveDataDir(opts: { dataDir?: string }): string {
-  const dir = opts.dataDir ?? loadCliEnv().dataDir;
-  if (!dir) throw new CliError('no data directory: pass --data-dir or set ANALYTICS_DATA_DIR');
-  return dir;
+  return opts.dataDir ?? loadCliEnv().dataDir ?? DEFAULT_DATA_DIR;
 }
 
 /** Runs maintenance work, turning its errors (no such directory, locked files) into CliError (exit 1). */

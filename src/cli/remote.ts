@@ -11,10 +11,10 @@ export interface RemoteOptions {
 }
 
 /** --url, --key and --json on a remote command (defaults from ANALYTICS_URL / ANALYTICS_KEY). */
-export function remote(cmd: Command): Command {
+export function remote(cmd: Command, keyHelp = 'API key: ak_ admin or the project\'s sk_'): Command {
   return cmd
     .option('--url <url>', 'service base URL, e.g. http://127.0.0.1:8080 (default: $ANALYTICS_URL)')
-    .option('--key <key>', 'API key: ak_ admin or the project\'s sk_ (default: $ANALYTICS_KEY)')
+    .option('--key <key>', `${keyHelp} (default: $ANALYTICS_KEY)`)
     .option('--json', 'print machine-readable JSON');
 }
 

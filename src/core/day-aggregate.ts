@@ -1,12 +1,14 @@
+/** Long because one day's state, its visits and every breakdown live together, with the lazy wrapper that holds it. */
 import { CappedCounter } from './capped-counter.ts';
 import type { DayFigures, RangePart } from './day-view.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
-import { NumberCounts, NumberSet } from './number-table.ts';
+import { NumberCounts } from './number-table.ts';
 import type { DaySnapshot } from './snapshot.ts';
 import type { StoredEvent } from './types.ts';
+import { VisitTable } from './visit-table.ts';
 
 /**
  * The insight breakdowns (CONTRACT "Insights"), by their JSON name: each a CappedCounter of sessions, so snapshots and
@@ -52,10 +54,20 @@ class DayState {
   bots = 0;
   /** hash53(sessionId) -> page_views of that session on this day (typed-array table: see number-table.ts) */
   sessions = new NumberCounts();
-  /** hash53(user identity) */
-  users = new NumberSet();
-  /** built once the day passes EXACT_USERS_PER_DAY; derivable from `users`, so never snapshotted */
-  sketch: HyperLogLog | undefined;
+  /** hash53(sessionId) -> the visit's visitor (hash53 of StoredEvent.user) and the time of its first event */
+  visits = new VisitTable();
+  /**
+   * hash53(visitor) -> visits it is the visitor of: a visit whose visitor moves to an earlier event leaves its old
+   * visitor, which stops counting at 0 (its entry stays, at 0, as the table has no removal)
+   */
+  users = new NumberCounts();
+  /** visitors with at least one visit: the day's exact `users` */
+  userCount = 0;
+  /**
+   * built once the day passes EXACT_USERS_PER_DAY; derivable from `users`, so never snapshotted. Dropped when a
+   * visitor stops counting (a sketch cannot forget one) and built again when next read.
+   */
+  private sketchOf: HyperLogLog | undefined;
   readonly sources = new CappedCounter();
   readonly countries = new CappedCounter();
   readonly devices = new CappedCounter();
@@ -112,13 +124,8 @@ class DayState {
       this.pages.add(e.path || '/');
     }
 
-    const u = hash53(e.user);
-    if (this.users.add(u)) {
-      if (this.sketch) this.sketch.add(u);
-      else if (this.users.size > EXACT_USERS_PER_DAY) this.buildSketch();
-    }
-
     const s = session;
+    this.countVisitor(s, hash53(e.user), e.ts);
     const pv = this.sessions.get(s); // -1: the session's first event of the day
     if (pv < 0) {
       // The session's first event of the day decides its source, country and device.
@@ -145,6 +152,45 @@ class DayState {
     } else if (pv < 0) {
       this.sessions.set(s, 0);
     }
+  }
+
+  /**
+   * The visit's visitor is the one of its earliest event (equal times: the one folded first), so a later-folded
+   * event stamped before the visit's first moves the visit to its visitor.
+   */
+  private countVisitor(session: number, visitor: number, ts: number): void {
+    const slot = this.visits.find(session);
+    if (slot < 0) {
+      this.visits.add(session, visitor, ts);
+      this.addVisit(visitor);
+      return;
+    }
+    if (ts >= this.visits.firstAt(slot)) return;
+    const old = this.visits.visitorAt(slot);
+    this.visits.setAt(slot, visitor, ts);
+    if (old === visitor) return;
+    this.addVisit(visitor);
+    const left = this.users.get(old) - 1;
+    this.users.set(old, left);
+    if (left === 0) {
+      this.userCount--;
+      this.sketchOf = undefined;
+    }
+  }
+
+  private addVisit(visitor: number): void {
+    const n = this.users.get(visitor);
+    this.users.set(visitor, n < 0 ? 1 : n + 1);
+    if (n > 0) return;
+    this.userCount++;
+    if (this.sketchOf) this.sketchOf.add(visitor);
+    else if (this.userCount > EXACT_USERS_PER_DAY) this.buildSketch();
+  }
+
+  /** The day's visitors as a sketch once there are more than EXACT_USERS_PER_DAY (built here when it was dropped). */
+  get sketch(): HyperLogLog | undefined {
+    if (this.sketchOf === undefined && this.userCount > EXACT_USERS_PER_DAY) this.buildSketch();
+    return this.sketchOf;
   }
 
   private applyProps(props: Record<string, string>): void {
@@ -202,9 +248,13 @@ class DayState {
     d.sessionsWithPageview = ds.sessionsWithPageview;
     d.bots = ds.bots;
     d.sessions = NumberCounts.fromRaw(ds.sessions);
-    d.users = NumberSet.fromRaw(ds.users);
+    d.visits = VisitTable.fromRaw(ds.visits);
+    d.users = NumberCounts.fromRaw(ds.users);
+    d.users.forEachEntry((_, n) => {
+      if (n > 0) d.userCount++;
+    });
     // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
-    if (d.users.size > EXACT_USERS_PER_DAY) d.buildSketch();
+    if (d.userCount > EXACT_USERS_PER_DAY) d.buildSketch();
     for (const [name, pairs] of Object.entries(ds.breakdowns)) {
       const c = d.breakdown(name);
       if (c) for (const [k, v] of pairs) c.set(intern(k), v);
@@ -214,8 +264,8 @@ class DayState {
 
   buildSketch(): void {
     const h = new HyperLogLog();
-    this.users.forEach((u) => h.add(u));
-    this.sketch = h;
+    this.forEachUser((u) => h.add(u));
+    this.sketchOf = h;
   }
 
   // RangePart: a live day read directly.
@@ -224,7 +274,7 @@ class DayState {
     return [
       {
         date: this.day,
-        users: this.users.size,
+        users: this.userCount,
         sessions: this.sessions.size,
         pageviews: this.pageviews,
         bounces: this.bounces,
@@ -241,7 +291,17 @@ class DayState {
   }
 
   forEachUser(fn: (hash: number) => void): void {
-    this.users.forEach(fn);
+    this.users.forEachEntry((u, n) => {
+      if (n > 0) fn(u);
+    });
+  }
+
+  /** Every counted visitor's hash. */
+  userHashes(): Float64Array {
+    const out = new Float64Array(this.userCount);
+    let i = 0;
+    this.forEachUser((u) => (out[i++] = u));
+    return out;
   }
 }
 
@@ -328,8 +388,19 @@ export class DayAggregate implements RangePart {
   get sessions(): NumberCounts {
     return this.s.sessions;
   }
-  get users(): NumberSet {
+  /** visitor -> visits (see DayState.users; entries at 0 do not count) */
+  get users(): NumberCounts {
     return this.s.users;
+  }
+  get visits(): VisitTable {
+    return this.s.visits;
+  }
+  /** the day's exact distinct visitors */
+  get userCount(): number {
+    return this.s.userCount;
+  }
+  userHashes(): Float64Array {
+    return this.s.userHashes();
   }
   get sketch(): HyperLogLog | undefined {
     return this.s.sketch;

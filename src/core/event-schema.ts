@@ -22,7 +22,17 @@ import {
  */
 
 const NO_CONTROL = /^[^\u0000-\u001f\u007f-\u009f]*$/;
-const ISO_8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/;
+/** An ISO-8601 date-time; without an offset it is read as UTC (CONTRACT "Event fields": `timestamp`). */
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?$/;
+const ISO_OFFSET = /(Z|[+-]\d{2}:?\d{2})$/;
+
+/**
+ * Milliseconds since epoch of an ISO-8601 date-time (NaN when it is none). Without an offset it is UTC: Date.parse
+ * would read it as the server's local time, so the same event would land on different days on different servers.
+ */
+export function isoMillis(t: string): number {
+  return Date.parse(ISO_OFFSET.test(t) ? t : `${t}Z`);
+}
 
 export function isHttpUrl(s: string): boolean {
   if (!/^https?:\/\//i.test(s)) return false;
@@ -30,7 +40,16 @@ export function isHttpUrl(s: string): boolean {
 }
 
 const finiteNumber = z.number().refine(Number.isFinite, 'must be a finite number');
-const scalar = z.union([z.string().max(MAX_PARAM_STRING), finiteNumber, z.boolean(), z.null()]);
+/** What an eventParams value may be; anything else (an object, an array) is refused with this message. */
+const SCALAR_RULE = 'values must be a string, number, boolean or null';
+const scalar = z.union([z.string().max(MAX_PARAM_STRING), finiteNumber, z.boolean(), z.null()], {
+  error: (issue) =>
+    issue.input !== null && typeof issue.input === 'object'
+      ? `${Array.isArray(issue.input) ? 'arrays' : 'nested objects'} are not allowed in eventParams: ${SCALAR_RULE}`
+      : typeof issue.input === 'number'
+        ? 'must be a finite number'
+        : `${SCALAR_RULE}, not ${typeof issue.input}`,
+});
 
 const eventParams = z
   .record(z.string().min(1).max(MAX_PARAM_KEY), scalar)
@@ -56,7 +75,7 @@ const timestamp = z
           : 'must be a non-negative integer number of milliseconds'
         : !ISO_8601.test(t)
           ? 'must be ms since epoch or an ISO-8601 date-time'
-          : !isValidDate(t.slice(0, 10)) || !Number.isFinite(Date.parse(t))
+          : !isValidDate(t.slice(0, 10)) || !Number.isFinite(isoMillis(t))
             ? 'not a real date-time'
             : undefined;
     if (problem) ctx.addIssue({ code: 'custom', message: problem });

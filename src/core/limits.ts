@@ -132,7 +132,7 @@ export const REALTIME_TOP = 10;
  */
 export const REALTIME_KEYS_PER_MINUTE = 100;
 /**
- * Distinct sessions remembered per realtime minute (8 bytes each in a typed table, so ≤ 5 × 80 KB per project). Past
+ * Distinct sessions remembered per realtime minute (12 bytes each in a typed table, so ≤ 30 × ~170 KB per project). Past
  * it, further new sessions of that minute are counted without de-duplication (an over-count only on huge sites).
  */
 export const REALTIME_SESSIONS_PER_MINUTE = 10_000;

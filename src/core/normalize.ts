@@ -1,6 +1,6 @@
 import { dayOf } from './dates.ts';
 import type { EventInput } from './event-schema.ts';
-import { HISTORY_FIELDS, KNOWN_FIELDS } from './event-schema.ts';
+import { HISTORY_FIELDS, isoMillis, KNOWN_FIELDS } from './event-schema.ts';
 import { HISTORY_MIN_TS, MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
 import type { LineItem, Scalar, StoredEvent } from './types.ts';
 
@@ -41,8 +41,15 @@ const known = new Set<string>(KNOWN_FIELDS);
 export function normalizeEvent(input: EventInput, ctx: NormalizeContext): NormalizeResult {
   const ts = eventTime(input.timestamp, ctx.now);
   if (ts === undefined) return { ok: false, path: 'timestamp', message: 'not a valid time' };
-  if (ctx.history && ts < HISTORY_MIN_TS) return { ok: false, path: 'timestamp', message: 'is before 2000-01-01' };
-  if (!ctx.history && ts < ctx.now - MAX_PAST_MS) return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past (older events: POST /projects/{id}/history)' };
+  const oldest = ctx.history ? HISTORY_MIN_TS : ctx.now - MAX_PAST_MS;
+  if (ts < oldest) {
+    // A clock in seconds (Unix time) reads as 1970 in milliseconds: say so rather than "in the past" (history too).
+    if (typeof input.timestamp === 'number' && ts * 1000 >= oldest && ts * 1000 <= ctx.now + MAX_FUTURE_MS) {
+      return { ok: false, path: 'timestamp', message: `looks like seconds since epoch (${ts}); milliseconds since epoch are expected (${ts * 1000})` };
+    }
+    if (ctx.history) return { ok: false, path: 'timestamp', message: 'is before 2000-01-01' };
+    return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past (older events: POST /projects/{id}/history)' };
+  }
   if (ts > ctx.now + MAX_FUTURE_MS) return { ok: false, path: 'timestamp', message: 'is more than 5 minutes in the future' };
 
   const url = input.url ?? '';
@@ -90,7 +97,7 @@ export function normalizeEvent(input: EventInput, ctx: NormalizeContext): Normal
 
 function eventTime(t: number | string | undefined, now: number): number | undefined {
   if (t === undefined) return now;
-  const ms = typeof t === 'number' ? t : Date.parse(t);
+  const ms = typeof t === 'number' ? t : isoMillis(t);
   return Number.isFinite(ms) ? ms : undefined;
 }
 

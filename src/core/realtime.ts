@@ -6,25 +6,36 @@ import {
   REALTIME_SESSIONS_PER_MINUTE,
   REALTIME_TOP,
   REALTIME_VISITOR_MINUTES,
+  OTHER_KEY,
 } from './limits.ts';
-import { NumberSet } from './number-table.ts';
+import { NumberCounts, NumberSet } from './number-table.ts';
 
 const MINUTE_MS = 60_000;
 
-/** One minute of page views (by receive time). */
-class PageMinute {
+/**
+ * One minute of traffic (by event time): its page views by path, and the sessions seen in it with the source each
+ * came with (its first event of the minute), so a read counts each visit once, by source, however many pages it views.
+ */
+class Minute {
   pageviews = 0;
   readonly pages = new CappedCounter(REALTIME_KEYS_PER_MINUTE);
-  readonly sources = new CappedCounter(REALTIME_KEYS_PER_MINUTE);
+  /** hash53(sessionId) -> index of its source in `names` */
+  sessions = new NumberCounts();
+  /** the minute's sources, at most REALTIME_KEYS_PER_MINUTE (the rest as OTHER_KEY) */
+  names: string[] = [];
+  /** new sessions past REALTIME_SESSIONS_PER_MINUTE, by source, counted without de-duplication */
+  overflow = new CappedCounter(REALTIME_KEYS_PER_MINUTE);
+  overflowCount = 0;
   constructor(readonly minute: number) {}
-}
 
-/** One minute of distinct sessions (by receive time). */
-class VisitorMinute {
-  sessions = new NumberSet();
-  /** new sessions past REALTIME_SESSIONS_PER_MINUTE, counted without de-duplication */
-  overflow = 0;
-  constructor(readonly minute: number) {}
+  sourceIndex(source: string): number {
+    let i = this.names.indexOf(source);
+    if (i >= 0) return i;
+    if (this.names.length >= REALTIME_KEYS_PER_MINUTE - 1 && source !== OTHER_KEY) return this.sourceIndex(OTHER_KEY);
+    i = this.names.length;
+    this.names.push(source);
+    return i;
+  }
 }
 
 export interface RealtimeFigures {
@@ -36,63 +47,80 @@ export interface RealtimeFigures {
 }
 
 export interface RealtimeSnapshot {
-  minutes: { minute: number; pageviews: number; pages: [string, number][]; sources: [string, number][] }[];
-  visitors: { minute: number; sessions: Float64Array; overflow: number }[];
+  minutes: {
+    minute: number;
+    pageviews: number;
+    pages: [string, number][];
+    sessions: Float64Array;
+    sources: Uint32Array;
+    names: string[];
+    overflow: [string, number][];
+    overflowCount: number;
+  }[];
 }
 
 /**
- * A project's last 30 minutes as two fixed rings of per-minute buckets indexed by minute number (receive time), so
- * memory is bounded whatever the traffic: 30 page buckets (≤ 2 × REALTIME_KEYS_PER_MINUTE keys each) and 5 session
- * buckets (≤ REALTIME_SESSIONS_PER_MINUTE hashes each). Folded by the reducer, so replay and snapshots restore it.
+ * A project's last 30 minutes as a fixed ring of per-minute buckets indexed by minute number of the events' time
+ * (timestamp, else receive time), so memory is bounded whatever the traffic: 30 buckets of ≤ REALTIME_KEYS_PER_MINUTE
+ * pages and sources and ≤ REALTIME_SESSIONS_PER_MINUTE sessions. An event stamped before the window (a backfill, an
+ * offline queue flushed late) is not live traffic and never shows; one stamped ahead of its receive time (a client
+ * clock running fast) counts at its receive time, so it cannot take the slot of a minute still shown. Folded by the
+ * reducer, so replay and snapshots restore it.
  */
 export class Realtime {
-  private readonly minutes: (PageMinute | undefined)[] = new Array<PageMinute | undefined>(REALTIME_MINUTES);
-  private readonly visitors: (VisitorMinute | undefined)[] = new Array<VisitorMinute | undefined>(REALTIME_VISITOR_MINUTES);
+  private readonly minutes: (Minute | undefined)[] = new Array<Minute | undefined>(REALTIME_MINUTES);
 
   /**
-   * `path` and `source` count only for a page view (`pageview` true). `newest`: the newest receive time folded (any
-   * project's); a minute more than REALTIME_KEPT_MS before it is not counted, so prune() may drop such buckets at any
-   * time without changing what a later fold does.
+   * `ts`: the event's time; `rt`: its receive time; `path` counts only for a page view (`pageview` true). `newest`:
+   * the newest receive time folded (any project's); a minute more than REALTIME_KEPT_MS before it is not counted, so
+   * prune() may drop such buckets at any time without changing what a later fold does. True when it was counted.
    */
-  add(rt: number, session: number, pageview: boolean, path: string, source: string, newest = rt): void {
-    const m = Math.floor(rt / MINUTE_MS);
-    if (m < keptFrom(newest)) return;
-    const v = this.bucket(this.visitors, m, (x) => new VisitorMinute(x));
-    if (v) {
-      if (v.sessions.size < REALTIME_SESSIONS_PER_MINUTE) v.sessions.add(session);
-      else if (!v.sessions.has(session)) v.overflow++;
-    }
-    if (pageview) {
-      const b = this.bucket(this.minutes, m, (x) => new PageMinute(x));
-      if (b) {
-        b.pageviews++;
-        b.pages.add(path);
-        b.sources.add(source);
+  add(ts: number, rt: number, session: number, pageview: boolean, path: string, source: string, newest = rt): boolean {
+    const m = Math.floor(Math.min(ts, rt) / MINUTE_MS);
+    if (m < keptFrom(newest)) return false;
+    const b = this.bucket(m);
+    if (!b) return false;
+    if (b.sessions.get(session) < 0) {
+      if (b.sessions.size < REALTIME_SESSIONS_PER_MINUTE) b.sessions.set(session, b.sourceIndex(source));
+      else {
+        b.overflow.add(source);
+        b.overflowCount++;
       }
     }
+    if (pageview) {
+      b.pageviews++;
+      b.pages.add(path);
+    }
+    return true;
   }
 
   /**
    * The bucket of minute `m`, reset when its slot holds an older minute; undefined when the slot already holds a
-   * newer one (a receive time from before a clock step back by more than the ring: too old to show).
+   * newer one (a time from before a clock step back by more than the ring: too old to show).
    */
-  private bucket<B extends { minute: number }>(ring: (B | undefined)[], m: number, make: (m: number) => B): B | undefined {
-    const slot = m % ring.length;
-    const b = ring[slot];
+  private bucket(m: number): Minute | undefined {
+    const slot = m % REALTIME_MINUTES;
+    const b = this.minutes[slot];
     if (b !== undefined && b.minute === m) return b;
     if (b !== undefined && b.minute > m) return undefined;
-    const fresh = make(m);
-    ring[slot] = fresh;
+    const fresh = new Minute(m);
+    this.minutes[slot] = fresh;
     return fresh;
   }
 
-  /** The figures as of `now` (the engine clock): buckets outside the window count nothing. */
+  /**
+   * The figures as of `now` (the engine clock): buckets outside the window count nothing. A visit counts once in
+   * `sources`, under the source of its earliest minute in the window.
+   */
   read(now: number): RealtimeFigures {
     const current = Math.floor(now / MINUTE_MS);
     const perMinute: number[] = [];
     const pages = new Map<string, number>();
     const sources = new Map<string, number>();
+    const seen = new NumberSet();
+    const recent = new NumberSet();
     let pageviews = 0;
+    let overflow = 0;
     for (let m = current - REALTIME_MINUTES + 1; m <= current; m++) {
       const b = this.minutes[m % REALTIME_MINUTES];
       if (b === undefined || b.minute !== m) {
@@ -102,23 +130,23 @@ export class Realtime {
       perMinute.push(b.pageviews);
       pageviews += b.pageviews;
       b.pages.sumInto(pages);
-      b.sources.sumInto(sources);
+      const names = b.names;
+      b.sessions.forEachEntry((s, i) => {
+        if (seen.add(s)) sources.set(names[i]!, (sources.get(names[i]!) ?? 0) + 1);
+      });
+      b.overflow.sumInto(sources);
+      if (m > current - REALTIME_VISITOR_MINUTES) {
+        b.sessions.forEachEntry((s) => void recent.add(s));
+        overflow += b.overflowCount;
+      }
     }
-    const union = new NumberSet();
-    let overflow = 0;
-    for (let m = current - REALTIME_VISITOR_MINUTES + 1; m <= current; m++) {
-      const v = this.visitors[m % REALTIME_VISITOR_MINUTES];
-      if (v === undefined || v.minute !== m) continue;
-      v.sessions.forEach((s) => void union.add(s));
-      overflow += v.overflow;
-    }
-    return { visitors: union.size + overflow, pageviews, perMinute, pages: top(pages), sources: top(sources) };
+    return { visitors: recent.size + overflow, pageviews, perMinute, pages: top(pages), sources: top(sources) };
   }
 
   /**
    * Drops the buckets of minutes more than REALTIME_KEPT_MS before `newest` (the newest receive time folded): an idle
-   * project's last 30 minutes of traffic (~15 KB of counters) would otherwise stay in the heap and every snapshot.
-   * Only a read with a clock stepped back by more than that could have shown them. True when nothing is left.
+   * project's last 30 minutes of traffic would otherwise stay in the heap and every snapshot. Only a read with a
+   * clock stepped back by more than that could have shown them. True when nothing is left.
    */
   prune(newest: number): boolean {
     const from = keptFrom(newest);
@@ -128,11 +156,6 @@ export class Realtime {
       if (this.minutes[i]!.minute < from) this.minutes[i] = undefined;
       else left++;
     }
-    for (let i = 0; i < this.visitors.length; i++) {
-      if (this.visitors[i] === undefined) continue;
-      if (this.visitors[i]!.minute < from) this.visitors[i] = undefined;
-      else left++;
-    }
     return left === 0;
   }
 
@@ -140,26 +163,32 @@ export class Realtime {
     return {
       minutes: this.minutes
         .filter((b) => b !== undefined)
-        .map((b) => ({ minute: b.minute, pageviews: b.pageviews, pages: b.pages.pairs(), sources: b.sources.pairs() })),
-      visitors: this.visitors
-        .filter((v) => v !== undefined)
-        .map((v) => ({ minute: v.minute, sessions: v.sessions.toArray(), overflow: v.overflow })),
+        .map((b) => {
+          const { keys, values } = b.sessions.toArrays();
+          return {
+            minute: b.minute,
+            pageviews: b.pageviews,
+            pages: b.pages.pairs(),
+            sessions: keys,
+            sources: values,
+            names: [...b.names],
+            overflow: b.overflow.pairs(),
+            overflowCount: b.overflowCount,
+          };
+        }),
     };
   }
 
   restore(s: RealtimeSnapshot): void {
     for (const m of s.minutes) {
-      const b = new PageMinute(m.minute);
+      const b = new Minute(m.minute);
       b.pageviews = m.pageviews;
       for (const [k, n] of m.pages) b.pages.set(k, n);
-      for (const [k, n] of m.sources) b.sources.set(k, n);
+      b.sessions = NumberCounts.from(m.sessions, m.sources);
+      b.names = [...m.names];
+      for (const [k, n] of m.overflow) b.overflow.set(k, n);
+      b.overflowCount = m.overflowCount;
       this.minutes[m.minute % REALTIME_MINUTES] = b;
-    }
-    for (const v of s.visitors) {
-      const b = new VisitorMinute(v.minute);
-      b.sessions = NumberSet.from(v.sessions);
-      b.overflow = v.overflow;
-      this.visitors[v.minute % REALTIME_VISITOR_MINUTES] = b;
     }
   }
 }

@@ -56,15 +56,10 @@ export function sealDay(d: DayAggregate): SealedDay {
   const breakdowns: Record<string, Pairs> = {};
   for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   const out: SealedDay = { v: SEALED_VERSION, date: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, figures: d.figures()[0]!, breakdowns };
-  if (d.users.size <= EXACT_USERS_PER_DAY) out.userHashes = d.users.toArray();
-  else out.sketch = (d.sketch ?? sketchOf(d.users)).registers.slice();
+  // Built from each visit's final visitor (a sketch of a live day that lost a visitor is rebuilt by its getter).
+  if (d.userCount <= EXACT_USERS_PER_DAY) out.userHashes = d.userHashes();
+  else out.sketch = d.sketch!.registers.slice();
   return out;
-}
-
-function sketchOf(users: NumberSet): HyperLogLog {
-  const h = new HyperLogLog();
-  users.forEach((u) => h.add(u));
-  return h;
 }
 
 /** Merges the sealed days of one month (any order, any number of segments per day) into its rollup. */

@@ -1,7 +1,8 @@
 import { DayAggregate, type StoredDay } from './day-aggregate.ts';
 import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY } from './limits.ts';
-import { NumberCounts, NumberSet, type RawNumberCounts, type RawNumberSet } from './number-table.ts';
+import { type RawNumberCounts } from './number-table.ts';
+import type { RawVisitTable } from './visit-table.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
 import type { PackedRing, RecentRing, StoredRing } from './recent-ring.ts';
 import { AnalyticsState } from './state.ts';
@@ -16,10 +17,12 @@ import { AnalyticsState } from './state.ts';
  */
 /**
  * 3: the framed live-state format (issue 18) with the insight breakdowns (issue 13) and realtime minutes. 4: rings as
- * columns and a string table (PackedRing), small live days in their compact form. Version 3 files still load.
+ * columns and a string table (PackedRing), small live days in their compact form. 5: each live day's visits (visitor and
+ * first event time) and its visitors' visit counts, so a visit counts for the visitor of its earliest event. Older
+ * files hold no visits, so they do not load: startup replays the log instead (recovery.ts).
  */
-export const SNAPSHOT_VERSION = 4;
-const LOADABLE_VERSIONS: readonly number[] = [3, 4];
+export const SNAPSHOT_VERSION = 5;
+const LOADABLE_VERSIONS: readonly number[] = [5];
 
 type Pairs = [string, number][];
 
@@ -32,7 +35,10 @@ export interface DaySnapshot {
   sessionsWithPageview: number;
   bots: number;
   sessions: RawNumberCounts;
-  users: RawNumberSet;
+  /** visitor -> visits (entries at 0 no longer count) */
+  users: RawNumberCounts;
+  /** each visit's visitor and first event time */
+  visits: RawVisitTable;
   /** breakdown name -> pairs (see DayAggregate.breakdowns: insights, revenue and props included) */
   breakdowns: Record<string, Pairs>;
 }
@@ -98,6 +104,7 @@ export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
     bots: d.bots,
     sessions: d.sessions.raw(),
     users: d.users.raw(),
+    visits: d.visits.raw(),
     breakdowns,
   };
 }

@@ -13,7 +13,7 @@ export class ProjectState {
   readonly recent = new RecentRing(RECENT_RING_SIZE);
   /** UTC 'YYYY-MM' -> events stored that month (the monthly allowance) */
   readonly monthly = new Map<string, number>();
-  /** the last 30 minutes by receive time (GET /metrics/realtime) */
+  /** the last 30 minutes by event time (GET /metrics/realtime) */
   readonly realtime = new Realtime();
   /**
    * Cluster mode only (applyOnce): eventId -> receive time of the copy that counted, in fold order. Single-node mode
@@ -218,8 +218,7 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
-  p.realtime.add(e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt);
-  state.realtimeHeld.add(p);
+  if (p.realtime.add(e.ts, e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt)) state.realtimeHeld.add(p);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }

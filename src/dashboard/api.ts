@@ -20,6 +20,8 @@ export interface Project {
   id: string;
   name: string;
   timezone: string;
+  /** events a month; 0: unlimited (absent from older services) */
+  monthly_quota?: number;
 }
 
 export type Answer<T> = { ok: true; value: T } | Refusal;
@@ -46,6 +48,10 @@ export function get<T>(path: string, key: string, params: Record<string, string 
 
 export function post<T>(path: string, key: string, body: unknown): Promise<Answer<T>> {
   return request<T>(path, key, { method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } });
+}
+
+export function del<T>(path: string, key: string): Promise<Answer<T>> {
+  return request<T>(path, key, { method: 'DELETE' });
 }
 
 async function request<T>(url: string, key: string, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<Answer<T>> {

@@ -1,25 +1,34 @@
 import './style.css';
 import 'uplot/dist/uPlot.min.css';
-import { type Answer, describe, get, listProjects, type Metrics, type Project, type Refusal } from './api.ts';
+import { describe, get, listProjects, type Metrics, type Project, type Refusal } from './api.ts';
 import { destroyChart, drawChart } from './chart.ts';
 import { controls } from './controls.ts';
+import { download, toCsv } from './csv.ts';
 import { byId, h } from './dom.ts';
-import { day, rangeLabel } from './format.ts';
+import { Asked, type Asker, type Figures, figures, funnel, noRoute, VISIT_LEVEL } from './figures.ts';
+import { count, day, rangeLabel } from './format.ts';
+import { funnelCard } from './funnel.ts';
+import { goalsCard } from './goals.ts';
 import { startLive, stopLive } from './live.ts';
-import { compareMode, STORE_KEY, STORE_PROJECT, storedRange } from './prefs.ts';
-import { addDays, checkCustom, DEFAULT_PRESET, type Preset, type Range, rangeOf, todayIn } from './ranges.ts';
-import { cards, dailyTable, liveTile, recent, tiles } from './view.ts';
+import { STORE_KEY, STORE_PROJECT } from './prefs.ts';
+import { type Range, rangeOf, todayIn } from './ranges.ts';
+import { reread, setView, view, type ViewFilter, withFilter } from './state.ts';
+import { cards, dailyTable, liveTile, noun, recent, tiles } from './view.ts';
 
 /**
- * The dashboard: sign in with a key, pick a project (admin keys) and a range, show GET /metrics for it.
- * The key lives in sessionStorage (this tab only) and leaves the page only in Authorization headers.
+ * The dashboard: sign in with a key, pick a project (admin keys), a range and filters, show the figures for them
+ * (figures.ts). The key lives in sessionStorage (this tab only) and leaves the page only in Authorization headers;
+ * the view lives in the address (state.ts). This file is long because it is the page's one life cycle: sign-in,
+ * the shell, loading and drawing a view, and the filter and funnel actions that change it.
  */
 
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */
 const RETRY_FIRST_MS = 3_000;
 const RETRY_MAX_MS = 60_000;
-/** For a one-day range the chart shows this many days ending on it (per-hour figures are not kept). */
-const TREND_DAYS = 14;
+/** The allowance banner warns from this share of the monthly quota on. */
+const QUOTA_WARN_SHARE = 0.9;
+/** Pages and events offered as funnel steps. */
+const FUNNEL_CHOICES = 20;
 
 interface SignedIn {
   key: string;
@@ -35,6 +44,8 @@ let session: SignedIn | undefined;
 let loadSeq = 0;
 /** false once the service answered that it does not know `compare` (an older service) */
 let compareSupported = true;
+/** false once the service answered that it has no POST /query (an older service): no filters then */
+let questionsSupported = true;
 let retryTimer: ReturnType<typeof setTimeout> | undefined;
 let retryDelay = RETRY_FIRST_MS;
 
@@ -55,6 +66,15 @@ function start(): void {
       stopTimers();
       void signIn(sessionStorage.getItem(STORE_KEY)!);
     }
+  });
+  // Back / Forward: the address holds the view; draw it again.
+  addEventListener('popstate', () => {
+    reread();
+    if (!session) return;
+    const p = session.projects?.find((x) => x.id === view().project);
+    if (p && session.admin) Object.assign(session, { projectId: p.id, timezone: p.timezone });
+    showDashboard();
+    void load(true);
   });
   const key = sessionStorage.getItem(STORE_KEY);
   if (key) void signIn(key);
@@ -111,7 +131,7 @@ async function signIn(key: string): Promise<void> {
       }
     }
     const stored = sessionStorage.getItem(STORE_PROJECT);
-    const project = projects?.find((p) => p.id === stored) ?? projects?.[0];
+    const project = projects?.find((p) => p.id === view().project) ?? projects?.find((p) => p.id === stored) ?? projects?.[0];
     session = { key, projects, admin, projectId: project?.id, timezone: project?.timezone };
     sessionStorage.setItem(STORE_KEY, key);
     showDashboard();
@@ -144,11 +164,18 @@ function showDashboard(): void {
       s.projectId = p?.id;
       s.timezone = p?.timezone;
       if (p) sessionStorage.setItem(STORE_PROJECT, p.id);
+      // Filters, properties and funnel steps belong to the project they were chosen in.
+      setView({ project: p?.id, filters: [], props: [], steps: [] });
       byId('title').textContent = p?.name ?? 'Analytics';
       void load(true);
     },
     reload: () => void load(),
     problem: (message) => problem(message),
+    csv: () => {
+      if (!shown) return;
+      const f = shown;
+      download(`analytics-${f.projectId}-${f.from}-${f.to}.csv`, toCsv(f, view().filters.map((x) => `${x.dimension} is ${x.value}`).join('; ')));
+    },
     signOut: () => showSignIn(),
   });
 
@@ -162,6 +189,7 @@ function showDashboard(): void {
       bar,
     ),
     h('div', { id: 'problem', class: 'problem', role: 'alert', hidden: true }),
+    h('div', { id: 'quota', class: 'problem quota', role: 'status', hidden: true }),
     h('p', { id: 'loading', class: 'sr-only', role: 'status', 'aria-live': 'polite' }),
     h('main', { id: 'main', tabindex: -1 }, h('p', { class: 'placeholder' }, 'Loading figures…')),
   );
@@ -201,17 +229,8 @@ function refused(r: Refusal, again: () => void): void {
 
 // ------------------------------------------------------------------ loading figures
 
-async function metrics(s: SignedIn, params: Record<string, string | undefined>): Promise<Answer<Metrics>> {
-  const projectId = s.admin ? s.projectId : undefined;
-  const mode = compareMode();
-  const withCompare = compareSupported && params['from'] !== undefined && mode !== 'off';
-  const r = await get<Metrics>('metrics', s.key, { ...params, projectId, compare: withCompare ? mode : undefined });
-  if (!r.ok && withCompare && r.status === 400 && /compare/i.test(r.message)) {
-    compareSupported = false;
-    document.getElementById('compare')?.parentElement?.remove();
-    return metrics(s, params);
-  }
-  return r;
+function asker(s: SignedIn): Asker {
+  return { key: s.key, projectId: s.admin ? s.projectId : undefined };
 }
 
 async function load(projectChanged = false): Promise<void> {
@@ -223,85 +242,182 @@ async function load(projectChanged = false): Promise<void> {
   document.getElementById('main')?.setAttribute('aria-busy', 'true');
   const again = () => void load(projectChanged);
   let today = s.timezone ? todayIn(s.timezone) : undefined;
-  if (!today) {
-    // The key cannot list projects (or the browser lacks the zone): today's answer names the timezone and the day.
-    const boot = await metrics(s, {});
+  if (!today || !s.projectId) {
+    // The key cannot list projects (or the browser lacks the zone): today's answer names the project, zone and day.
+    const boot = await get<Metrics>('metrics', s.key, { projectId: s.admin ? s.projectId : undefined });
     if (seq !== loadSeq) return;
     if (!boot.ok) return refused(boot, again);
     s.timezone = boot.value.timezone;
+    s.projectId = boot.value.projectId;
     today = todayIn(s.timezone) ?? boot.value.to;
   }
-  const chosen = storedRange();
-  const range: Range =
-    chosen.preset !== 'custom' ? rangeOf(chosen.preset, today)
-    : chosen.from && chosen.to && !checkCustom(chosen.from, chosen.to) ? { from: chosen.from, to: chosen.to }
-    : rangeOf(DEFAULT_PRESET as Exclude<Preset, 'custom'>, today);
-  const r = await metrics(s, { from: range.from, to: range.to });
+  // Once per project shown: asked first, so the view's own requests are the last ones.
+  if (projectChanged) void allowance(s, today);
+  const st = view();
+  const range: Range = st.preset !== 'custom' ? rangeOf(st.preset, today) : { from: st.from!, to: st.to! };
+  let f: Figures;
+  try {
+    f = await figures(asker(s), { range, compare: compareSupported ? st.compare : 'off', filters: st.filters, props: st.props, goalsOf: s.projectId }, questionsSupported);
+  } catch (e) {
+    if (!(e instanceof Asked)) throw e;
+    if (seq !== loadSeq || session !== s) return;
+    const r = e.refusal;
+    if (questionsSupported && noRoute(r)) {
+      questionsSupported = false; // an older service: GET /metrics alone, no filters
+      return load(projectChanged);
+    }
+    if (compareSupported && r.status === 400 && /compare/i.test(r.message)) {
+      compareSupported = false;
+      document.getElementById('compare')?.parentElement?.remove();
+      return load(projectChanged);
+    }
+    document.getElementById('main')?.removeAttribute('aria-busy');
+    return refused(r, again);
+  }
   if (seq !== loadSeq || session !== s) return;
   document.getElementById('main')?.removeAttribute('aria-busy');
-  if (!r.ok) return refused(r, again);
-  // One day has a single daily figure: the chart shows the two weeks that end on it instead, for context.
-  let trend: Metrics | undefined;
-  if (range.from === range.to) {
-    const t = await metrics(s, { from: addDays(range.to, -(TREND_DAYS - 1)), to: range.to });
-    if (seq !== loadSeq || session !== s) return;
-    if (t.ok) trend = t.value;
-  }
   clearProblem();
   if (projectChanged) document.getElementById('live')?.remove(); // another project's visitors must not linger
-  render(r.value, today, trend);
-  byId('loading').textContent = `Showing ${rangeLabel(r.value.from, r.value.to)}.`;
+  render(f, today, range);
+  byId('loading').textContent = `Showing ${rangeLabel(f.from, f.to)}${st.filters.length ? `, filtered by ${st.filters.map(said).join(' and ')}` : ''}.`;
   if (projectChanged) startLive(() => session && { key: session.key, projectId: session.admin ? session.projectId : undefined });
 }
 
-function render(m: Metrics, today: string, trend?: Metrics): void {
+function said(f: ViewFilter): string {
+  return `${noun(f.dimension)} ${f.value}`;
+}
+
+/** A project near or over its monthly allowance says so: its new events are being refused (429 quota_exceeded). */
+async function allowance(s: SignedIn, today: string): Promise<void> {
+  const quota = s.projects?.find((p) => p.id === s.projectId)?.monthly_quota;
+  const projectId = s.projectId;
+  if (!quota) return;
+  const r = await get<Metrics>('metrics', s.key, { from: `${today.slice(0, 8)}01`, to: today, projectId: s.admin ? s.projectId : undefined });
+  const el = document.getElementById('quota');
+  if (!el || !r.ok || session !== s || s.projectId !== projectId) return;
+  // The allowance counts every stored event, bots included.
+  const used = Object.values(r.value.events).reduce((a, b) => a + b, 0) + (r.value.bots ?? 0);
+  if (used < quota * QUOTA_WARN_SHARE) return void (el.hidden = true);
+  const y = Number(today.slice(0, 4));
+  const m = Number(today.slice(5, 7));
+  const reset = day(`${m === 12 ? y + 1 : y}-${String((m % 12) + 1).padStart(2, '0')}-01`, true);
+  el.textContent =
+    used >= quota
+      ? `This project is over its monthly allowance: ${count(used)} of ${count(quota)} events this month. New events are refused until ${reset}.`
+      : `This project has used ${count(used)} of its ${count(quota)} events this month; new events are refused from ${count(quota)} until ${reset}.`;
+  el.hidden = false;
+}
+
+function addFilter(dimension: string, value: string): void {
+  setView({ filters: withFilter(view().filters, { dimension, value }) });
+  void load();
+}
+
+function removeFilter(dimension: string | undefined): void {
+  setView({ filters: dimension === undefined ? [] : view().filters.filter((f) => f.dimension !== dimension) });
+  void load();
+  byId('title').focus(); // the chip that had focus is gone
+}
+
+function chips(filters: ViewFilter[]): HTMLElement {
+  return h(
+    'div',
+    { class: 'chips', id: 'filters' },
+    h('span', { class: 'chips-label', id: 'filters-label' }, 'Filtered by'),
+    h(
+      'ul',
+      { 'aria-labelledby': 'filters-label' },
+      ...filters.map((f) =>
+        h('li', { class: 'chip', 'data-dimension': f.dimension }, h('span', {}, `${noun(f.dimension)} is `, h('b', {}, f.value)), h('button', { type: 'button', class: 'quiet small', 'aria-label': `Remove filter ${said(f)}`, onclick: () => removeFilter(f.dimension) }, '✕')),
+      ),
+    ),
+    filters.length > 1 ? h('button', { type: 'button', class: 'quiet small', onclick: () => removeFilter(undefined) }, 'Clear all') : null,
+  );
+}
+
+function render(f: Figures, today: string, range: Range): void {
+  const s = session!;
+  const st = view();
   const from = document.getElementById('from') as HTMLInputElement | null;
   const to = document.getElementById('to') as HTMLInputElement | null;
   if (from && to) {
-    from.value = m.from;
-    to.value = m.to;
+    from.value = f.from;
+    to.value = f.to;
     from.max = today;
     to.max = today;
   }
   const context = byId('context');
-  const compared = m.compare ? ` · compared with ${rangeLabel(m.compare.from, m.compare.to)}` : '';
-  context.textContent = `${rangeLabel(m.from, m.to)}${compared} · times in ${m.timezone}`;
-  if (!session?.projects) byId('title').textContent = `Project ${m.projectId}`;
+  const compared = f.compare ? ` · compared with ${rangeLabel(f.compare.from, f.compare.to)}` : '';
+  context.textContent = `${rangeLabel(f.from, f.to)}${compared} · times in ${f.timezone}`;
+  if (!s.projects) byId('title').textContent = `Project ${f.projectId}`;
 
+  const onFilter = f.questions ? addFilter : undefined;
   const live = document.getElementById('live') ?? liveTile();
   const chart = h('div', { class: 'chart', id: 'chart', role: 'img' });
-  const noData = m.pageviews === 0 && Object.keys(m.events).length === 0;
-  const plotted = trend ?? m;
-  const flat = plotted.daily.every((d) => d.pageviews === 0 && d.users === 0);
-  const chartTitle = trend ? `Page views and visitors per day, the ${TREND_DAYS} days to ${day(m.to, true)}` : 'Page views and visitors per day';
+  const noData = f.totals.pageviews === 0 && f.tables.get('events')?.length === 0 && st.filters.length === 0;
+  const flat = f.series.pageviews.every((v) => v === 0) && f.series.visitors.every((v) => v === 0);
+  const per = { hour: 'hour', day: 'day', week: 'week', month: 'month' }[f.series.unit];
   const main = byId('main');
   destroyChart();
+  const grid = h('div', { class: 'grid' }, ...cards(f, onFilter, f.questions ? (key) => { setView({ props: [...new Set([...st.props, key])] }); void load(); } : undefined));
+  if (f.goals && s.projectId) {
+    const canEdit = s.admin || s.key.startsWith('sk_');
+    grid.append(goalsCard(f.goals, { key: s.key, projectId: s.projectId, canEdit, onFilter, changed: () => void load() }));
+  }
   main.replaceChildren(
-    h('section', { 'aria-label': 'Overview' }, tiles(m, live)),
+    st.filters.length ? chips(st.filters) : '',
+    h('section', { 'aria-label': 'Overview' }, tiles(f, live)),
     h(
       'section',
       { class: 'card chart-card', 'aria-labelledby': 'chart-h' },
-      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, chartTitle)),
+      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, `Page views and visitors per ${per}`)),
       flat ? h('p', { class: 'empty' }, 'No page views in this range yet.') : chart,
-      flat ? null : dailyTable(plotted),
+      flat ? null : dailyTable(f),
     ),
-    h('div', { class: 'grid' }, ...cards(m)),
-    recent(m, Date.now()),
+    grid,
   );
-  if (noData) main.insertBefore(setupHint(m), main.children[2]!);
-  if (!flat) drawChart(chart, plotted);
-  shown = plotted;
+  if (f.questions) main.append(funnelView(f, range, st.steps, st.filters));
+  main.append(recent(f, Date.now(), st.filters.length > 0));
+  if (noData) main.insertBefore(setupHint(f.projectId), main.children[2]!);
+  if (!flat) drawChart(chart, f);
+  shown = f;
 }
 
-/** The last answer drawn, so the chart can be redrawn in the other colour scheme. */
-let shown: Metrics | undefined;
+function funnelView(f: Figures, range: Range, steps: string[], filters: ViewFilter[]): HTMLElement {
+  const s = session!;
+  const visitFilters = filters.filter((x) => VISIT_LEVEL.has(x.dimension));
+  const card = funnelCard({
+    steps,
+    skipped: filters.filter((x) => !VISIT_LEVEL.has(x.dimension)).map(said),
+    choices: {
+      goals: (f.goals ?? []).map((g) => g.name),
+      pages: (f.tables.get('pages') ?? []).slice(0, FUNNEL_CHOICES).map(([p]) => p).filter((p) => p !== '(other)'),
+      events: (f.tables.get('events') ?? []).filter(([e]) => e !== 'page_view' && e !== '(other)').slice(0, FUNNEL_CHOICES).map(([e]) => e),
+    },
+    run(chosen) {
+      setView({ steps: chosen });
+      void ask(chosen);
+    },
+  });
+  const ask = async (chosen: string[]) => {
+    const seq = loadSeq;
+    const r = await funnel(asker(s), range, chosen, visitFilters);
+    if (seq !== loadSeq) return;
+    card.show(r.ok ? r.value.steps : `The funnel could not be drawn: ${r.message}`);
+  };
+  if (steps.length >= 2) void ask(steps);
+  return card.el;
+}
+
+/** The last figures drawn, so the chart can be redrawn in the other colour scheme and the CSV has its rows. */
+let shown: Figures | undefined;
 matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => {
   const chart = document.getElementById('chart');
   if (chart && shown) drawChart(chart, shown);
 });
 
-function setupHint(m: Metrics): HTMLElement {
-  const tag = `<script defer src="${location.origin}/script.js" data-key="pk_…" data-project="${m.projectId}"></script>`;
+function setupHint(projectId: string): HTMLElement {
+  const tag = `<script defer src="${location.origin}/script.js" data-key="pk_…" data-project="${projectId}"></script>`;
   return h(
     'section',
     { class: 'card wide hint-card', 'aria-labelledby': 'setup-h' },

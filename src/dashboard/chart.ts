@@ -1,19 +1,21 @@
 import uPlot from 'uplot';
-import type { Metrics } from './api.ts';
 import { h } from './dom.ts';
-import { count, day, rangeLabel } from './format.ts';
-import { parseDay } from './ranges.ts';
+import type { Figures, Series } from './figures.ts';
+import { bucketLabel, bucketTime, count, rangeLabel } from './format.ts';
+import { tickIndexes } from './ranges.ts';
 import { comparedWith } from './view.ts';
 
 /**
- * The time chart: page views (filled) and visitors per day, with the previous period's page views dashed behind
- * them when the answer carries a comparison. uPlot draws on a canvas, so the chart's container carries a text
- * summary for screen readers, and the same figures are in the "daily figures" table under it.
+ * The time chart: page views (filled) and visitors per hour, day, week or month, with the comparison period's page
+ * views dashed behind them. uPlot draws on a canvas, so the chart's container carries a text summary for screen
+ * readers (and the x labels in data-ticks), and the same figures are in the table under it.
  */
 
 const HEIGHT_PX = 240;
 /** Below this width the y axis gets less room and the legend wraps. */
 const NARROW_PX = 560;
+/** Room one x label needs, so labels never overlap. */
+const LABEL_PX = { hour: 44, day: 64, week: 64, month: 76 } as const;
 
 let plot: uPlot | undefined;
 let observer: ResizeObserver | undefined;
@@ -23,50 +25,47 @@ function cssVar(name: string): string {
 }
 
 /**
- * Our own legend instead of uPlot's: at rest it shows the range's totals, under the cursor that day's figures.
- * The series are page views, visitors and (with a comparison) the previous period's page views.
+ * Our own legend instead of uPlot's: at rest it shows the range's totals (the tiles' figures), under the cursor
+ * that bucket's figures.
  */
-function legend(m: Metrics, colors: string[]): { el: HTMLElement; show(i: number | null | undefined): void } {
-  const labels = ['Page views', 'Visitors', comparedWith(m)];
+function legend(f: Figures, colors: string[]): { el: HTMLElement; show(i: number | null | undefined): void } {
+  const s = f.series;
+  const labels = ['Page views', 'Visitors', comparedWith(f)];
   const values = labels.map(() => h('b'));
   const when = h('span', { class: 'when' });
-  const items = labels.slice(0, m.compare ? 3 : 2).map((label, i) => {
+  const items = labels.slice(0, f.compare ? 3 : 2).map((label, i) => {
     const swatch = h('span', { class: `swatch${i === 2 ? ' dashed' : ''}` });
     swatch.style.borderColor = colors[i]!;
-    return h('span', { class: 'item' }, swatch, `${label} `, values[i]);
+    return h('span', { class: 'item', 'data-series': String(i) }, swatch, `${label} `, values[i]);
   });
   const el = h('div', { class: 'legend', 'aria-hidden': 'true' }, when, ...items);
   const show = (i: number | null | undefined) => {
-    const d = i == null ? undefined : m.daily[i];
-    if (!d) {
-      when.textContent = rangeLabel(m.from, m.to);
-      values[0]!.textContent = count(m.pageviews);
-      values[1]!.textContent = count(m.users);
-      values[2]!.textContent = m.compare ? count(m.compare.pageviews) : '';
+    const key = i == null ? undefined : s.keys[i];
+    if (key === undefined) {
+      when.textContent = rangeLabel(f.from, f.to);
+      values[0]!.textContent = count(f.totals.pageviews);
+      values[1]!.textContent = count(f.totals.visitors);
+      values[2]!.textContent = f.compare ? count(f.compare.totals.pageviews) : '';
       return;
     }
-    when.textContent = day(d.date, true);
-    values[0]!.textContent = count(d.pageviews);
-    values[1]!.textContent = count(d.users);
-    const p = m.compare?.daily[i!];
-    values[2]!.textContent = p ? `${count(p.pageviews)} (${day(p.date)})` : '–';
+    when.textContent = bucketLabel(key, s.unit, true);
+    values[0]!.textContent = count(s.pageviews[i!]!);
+    values[1]!.textContent = count(s.visitors[i!]!);
+    const p = f.compare?.series;
+    const pk = p?.keys[i!];
+    values[2]!.textContent = p && pk !== undefined ? `${count(p.pageviews[i!]!)} (${bucketLabel(pk, p.unit)})` : '–';
   };
   show(null);
   return { el, show };
 }
 
-export function drawChart(host: HTMLElement, m: Metrics): void {
+export function drawChart(host: HTMLElement, f: Figures): void {
   destroyChart();
   host.replaceChildren();
-  const days = m.daily.map((d) => d.date);
-  const xs = days.map((d) => parseDay(d) / 1000);
-  const previous = m.compare?.daily;
-  const data: uPlot.AlignedData = [
-    xs,
-    m.daily.map((d) => d.pageviews),
-    m.daily.map((d) => d.users),
-    ...(previous ? [days.map((_, i) => previous[i]?.pageviews ?? null)] : []),
-  ];
+  const s = f.series;
+  const xs = s.keys.map((k) => bucketTime(k) / 1000);
+  const previous = f.compare?.series;
+  const data: uPlot.AlignedData = [xs, s.pageviews, s.visitors, ...(previous ? [s.keys.map((_, i) => previous.pageviews[i] ?? null)] : [])];
   const accent = cssVar('--accent');
   const second = cssVar('--accent-2');
   const muted = cssVar('--muted');
@@ -74,12 +73,15 @@ export function drawChart(host: HTMLElement, m: Metrics): void {
   const width = Math.max(200, host.clientWidth);
   const narrow = width < NARROW_PX;
   const axis = { stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '12px system-ui, sans-serif' };
-  const key = legend(m, [accent, second, muted]);
+  const key = legend(f, [accent, second, muted]);
   host.append(key.el);
+  // The x labels are the buckets themselves, thinned to fit: uPlot's own time splits would fall between days.
+  const ticks = (w: number) => tickIndexes(xs.length, Math.floor((w - 60) / LABEL_PX[s.unit]));
+  const labelOf = new Map(xs.map((x, i) => [x, bucketLabel(s.keys[i]!, s.unit)]));
   const opts: uPlot.Options = {
     width,
     height: HEIGHT_PX,
-    // Days are UTC midnights of calendar days in the project's timezone: show them as such, whatever the browser's zone.
+    // Buckets are wall-clock times in the project's timezone written as UTC: show them as such, whatever the browser's zone.
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
     cursor: { points: { size: 7 }, drag: { x: false, y: false } },
     legend: { show: false },
@@ -87,16 +89,18 @@ export function drawChart(host: HTMLElement, m: Metrics): void {
     scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(4, max * 1.1)] } },
     series: [
       {},
-      { label: 'Page views', stroke: accent, width: 2, fill: `${accent}22`, points: { show: days.length <= 2 } },
-      { label: 'Visitors', stroke: second, width: 2, points: { show: days.length <= 2 } },
-      ...(previous ? [{ label: comparedWith(m), stroke: muted, width: 1.5, dash: [5, 4], points: { show: false } }] : []),
+      { label: 'Page views', stroke: accent, width: 2, fill: `${accent}22`, points: { show: xs.length <= 2 } },
+      { label: 'Visitors', stroke: second, width: 2, points: { show: xs.length <= 2 } },
+      ...(previous ? [{ label: comparedWith(f), stroke: muted, width: 1.5, dash: [5, 4], points: { show: false } }] : []),
     ],
     axes: [
-      { ...axis, values: (_u, splits) => splits.map((s) => day(new Date(s * 1000).toISOString().slice(0, 10))) },
-      { ...axis, size: narrow ? 44 : 56, values: (_u, splits) => splits.map((s) => count(s)) },
+      { ...axis, splits: (u) => ticks(u.width).map((i) => xs[i]!), values: (_u, splits) => splits.map((x) => labelOf.get(x) ?? '') },
+      { ...axis, size: narrow ? 44 : 56, values: (_u, splits) => splits.map((v) => count(v)) },
     ],
   };
-  host.setAttribute('aria-label', summary(m));
+  host.setAttribute('aria-label', summary(f.series, f));
+  host.dataset['ticks'] = JSON.stringify(ticks(width).map((i) => labelOf.get(xs[i]!)));
+  host.dataset['unit'] = s.unit;
   plot = new uPlot(opts, data, host);
   observer = new ResizeObserver(() => {
     if (plot && host.clientWidth > 0 && Math.abs(host.clientWidth - plot.width) > 1) plot.setSize({ width: host.clientWidth, height: HEIGHT_PX });
@@ -111,7 +115,9 @@ export function destroyChart(): void {
   plot = undefined;
 }
 
-function summary(m: Metrics): string {
-  const peak = m.daily.reduce((best, d) => (d.pageviews > best.pageviews ? d : best), m.daily[0] ?? { date: m.from, pageviews: 0 });
-  return `Chart of page views and visitors per day from ${day(m.from, true)} to ${day(m.to, true)}: ${count(m.pageviews)} page views in all, the busiest day ${day(peak.date, true)} with ${count(peak.pageviews)}.`;
+function summary(s: Series, f: Figures): string {
+  let peak = 0;
+  s.pageviews.forEach((v, i) => (v > (s.pageviews[peak] ?? 0) ? (peak = i) : 0));
+  const busiest = s.keys[peak] === undefined ? '' : `, the busiest ${s.unit} ${bucketLabel(s.keys[peak]!, s.unit, true)} with ${count(s.pageviews[peak]!)}`;
+  return `Chart of page views and visitors per ${s.unit} for ${rangeLabel(f.from, f.to)}: ${count(f.totals.pageviews)} page views in all${busiest}.`;
 }

@@ -1,8 +1,9 @@
 import type { Project } from './api.ts';
 import { h } from './dom.ts';
-import { COMPARE_OPTIONS, compareMode, storeCompare, storedRange, storeRange } from './prefs.ts';
+import { type CompareMode, COMPARE_OPTIONS } from './prefs.ts';
 import { checkCustom, type Preset, PRESETS } from './ranges.ts';
 import { sharePanel } from './share.ts';
+import { setView, view } from './state.ts';
 
 /** The header's controls: project (admin keys), range, comparison, Share (keys that may create keys), Sign out. */
 
@@ -20,6 +21,7 @@ export interface ControlHandlers {
   /** the range or the comparison changed */
   reload(): void;
   problem(message: string): void;
+  csv(): void;
   signOut(): void;
 }
 
@@ -38,7 +40,7 @@ export function controls(s: ControlsFor, compareOffered: boolean, on: ControlHan
     bar.append(field('Project', select));
   }
 
-  const range = storedRange();
+  const range = view();
   const rangeSelect = h('select', { id: 'range', 'aria-label': 'Date range' }, ...PRESETS.map(([p, label]) => h('option', { value: p, selected: p === range.preset }, label)));
   const from = h('input', { type: 'date', id: 'from', 'aria-label': 'From', value: range.from, required: true });
   const to = h('input', { type: 'date', id: 'to', 'aria-label': 'To', value: range.to, required: true });
@@ -47,23 +49,23 @@ export function controls(s: ControlsFor, compareOffered: boolean, on: ControlHan
     const preset = rangeSelect.value as Preset;
     custom.hidden = preset !== 'custom';
     if (preset === 'custom') return from.focus(); // the figures change on Apply
-    storeRange({ preset });
+    setView({ preset, from: undefined, to: undefined });
     on.reload();
   });
   custom.addEventListener('submit', (e) => {
     e.preventDefault();
     const wrong = checkCustom(from.value, to.value);
     if (wrong) return on.problem(wrong);
-    storeRange({ preset: 'custom', from: from.value, to: to.value });
+    setView({ preset: 'custom', from: from.value, to: to.value });
     on.reload();
   });
   bar.append(field('Date range', rangeSelect), custom);
 
   if (compareOffered) {
-    const chosen = compareMode();
+    const chosen = view().compare;
     const compare = h('select', { id: 'compare', 'aria-label': 'Compare with' }, ...COMPARE_OPTIONS.map(([v, label]) => h('option', { value: v, selected: v === chosen }, label)));
     compare.addEventListener('change', () => {
-      storeCompare(compare.value);
+      setView({ compare: compare.value as CompareMode });
       on.reload();
     });
     bar.append(field('Compare with', compare));
@@ -83,6 +85,7 @@ export function controls(s: ControlsFor, compareOffered: boolean, on: ControlHan
     });
     bar.append(toggle);
   }
+  bar.append(h('button', { type: 'button', class: 'quiet', id: 'csv', onclick: on.csv }, 'Download CSV'));
   bar.append(h('button', { type: 'button', class: 'quiet', id: 'signout', onclick: on.signOut }, 'Sign out'));
   return bar;
 }

@@ -89,3 +89,33 @@ export function hostOf(referrer: string): string {
 export function capitalize(s: string): string {
   return s.charAt(0).toUpperCase() + s.slice(1);
 }
+
+const twoPlaces = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2, minimumFractionDigits: 2 });
+const hourOfDay = new Intl.DateTimeFormat(undefined, { hour: 'numeric', timeZone: 'UTC' });
+const monthOfYear = new Intl.DateTimeFormat(undefined, { month: 'short', year: 'numeric', timeZone: 'UTC' });
+
+export function decimal(n: number): string {
+  return twoPlaces.format(n);
+}
+
+/** Seconds as "1m 05s", "2h 03m" or "42s". */
+export function duration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  const two = (n: number) => String(n).padStart(2, '0');
+  if (s < 3600) return `${Math.floor(s / 60)}m ${two(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${two(Math.floor((s % 3600) / 60))}m`;
+}
+
+/** The UTC midnight (or hour) a bucket key names, as a wall-clock time in the project's zone shown as UTC. */
+export function bucketTime(key: string): number {
+  return Date.UTC(Number(key.slice(0, 4)), Number(key.slice(5, 7)) - 1, Number(key.slice(8, 10) || 1), Number(key.slice(11, 13) || 0));
+}
+
+/** A bucket for people: "14:00"-style hours, days, "Week of Nov 16", "Nov 2026". */
+export function bucketLabel(key: string, unit: 'hour' | 'day' | 'week' | 'month', long = false): string {
+  const t = bucketTime(key);
+  if (unit === 'hour') return long ? `${day(key.slice(0, 10))}, ${hourOfDay.format(t)}` : hourOfDay.format(t);
+  if (unit === 'month') return monthOfYear.format(t);
+  return day(key.slice(0, 10), long);
+}

@@ -93,3 +93,15 @@ export function checkCustom(from: string, to: string): string | undefined {
   if (daysBetween(from, to) > MAX_RANGE_DAYS) return `A range covers at most ${MAX_RANGE_DAYS} days.`;
   return undefined;
 }
+
+/**
+ * Which of `n` buckets get a label on the x axis: evenly spaced, at most `room` of them, the last one always.
+ * One label per bucket at most, so a day is never labelled twice.
+ */
+export function tickIndexes(n: number, room: number): number[] {
+  if (n <= 0) return [];
+  const step = Math.max(1, Math.ceil(n / Math.max(1, room)));
+  const out: number[] = [];
+  for (let i = (n - 1) % step; i < n; i += step) out.push(i);
+  return out;
+}

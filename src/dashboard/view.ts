@@ -1,9 +1,13 @@
-import type { Breakdown, Metrics, Realtime } from './api.ts';
+import type { Realtime } from './api.ts';
 import { type Child, h, uid } from './dom.ts';
+import { type Figures, type Row, TABLES, type Unit } from './figures.ts';
 import { daysBetween } from './ranges.ts';
-import { ago, capitalize, count, country, day, hostOf, money, pathOf, share, timeIn } from './format.ts';
+import { ago, bucketLabel, capitalize, count, country, decimal, duration, hostOf, money, pathOf, share, timeIn } from './format.ts';
 
-/** Builds the figures' DOM from a GET /metrics answer. Every figure is text, so it can be read, copied and tested. */
+const UNIT_WORD: Record<Unit, string> = { hour: 'Hourly', day: 'Daily', week: 'Weekly', month: 'Monthly' };
+const UNIT_HEAD: Record<Unit, string> = { hour: 'Hour', day: 'Day', week: 'Week of', month: 'Month' };
+
+/** Builds the figures' DOM from the figures of a view. Every figure is text, so it can be read, copied and tested. */
 
 /** Rows a table shows before "Show all". */
 const TOP_ROWS = 10;
@@ -12,51 +16,57 @@ const RECENT_ROWS = 20;
 
 // ------------------------------------------------------------------ tiles
 
+type TileMetric = 'visitors' | 'visits' | 'pageviews' | 'viewsPerVisit' | 'bounceRate' | 'visitDuration';
+
 interface TileSpec {
-  metric: 'users' | 'sessions' | 'pageviews' | 'bounceRate';
+  metric: TileMetric;
+  /** data-metric: the GET /metrics names for the four it has */
+  id: string;
   label: string;
+  format: (n: number) => string;
+  /** changes are told in points (rates), not percent */
+  points?: boolean;
   /** a lower figure is the better one */
   lowerIsBetter?: boolean;
 }
 
+const rate = (n: number) => `${n.toFixed(1)}%`;
 const TILES: TileSpec[] = [
-  { metric: 'users', label: 'Visitors' },
-  { metric: 'sessions', label: 'Sessions' },
-  { metric: 'pageviews', label: 'Page views' },
-  { metric: 'bounceRate', label: 'Bounce rate', lowerIsBetter: true },
+  { metric: 'visitors', id: 'users', label: 'Visitors', format: count },
+  { metric: 'visits', id: 'sessions', label: 'Visits', format: count },
+  { metric: 'pageviews', id: 'pageviews', label: 'Page views', format: count },
+  { metric: 'viewsPerVisit', id: 'viewsPerVisit', label: 'Views per visit', format: decimal },
+  { metric: 'bounceRate', id: 'bounceRate', label: 'Bounce rate', format: rate, points: true, lowerIsBetter: true },
+  { metric: 'visitDuration', id: 'visitDuration', label: 'Visit duration', format: duration },
 ];
 
-export function tiles(m: Metrics, live: HTMLElement): HTMLElement {
-  return h('ul', { class: 'tiles', 'aria-label': 'Totals for the range' }, ...TILES.map((t) => tile(t, m)), live);
+export function tiles(f: Figures, live: HTMLElement): HTMLElement {
+  return h('ul', { class: 'tiles', 'aria-label': 'Totals for the range' }, ...TILES.filter((t) => f.totals[t.metric] !== undefined).map((t) => tile(t, f)), live);
 }
 
-function tile(t: TileSpec, m: Metrics): HTMLElement {
-  const isRate = t.metric === 'bounceRate';
-  const now = m[t.metric];
-  const text = isRate ? String(now) : count(now as number);
+function tile(t: TileSpec, f: Figures): HTMLElement {
+  const now = f.totals[t.metric]!;
+  const before = f.compare?.totals[t.metric];
   return h(
     'li',
-    { class: 'tile', 'data-metric': t.metric },
+    { class: 'tile', 'data-metric': t.id },
     h('span', { class: 'label' }, t.label),
-    h('span', { class: 'value' }, text),
-    m.compare ? change(t, now, m.compare[t.metric], comparedWith(m)) : null,
+    h('span', { class: 'value' }, t.format(now)),
+    before !== undefined ? change(t, now, before, comparedWith(f)) : null,
   );
 }
 
 /** What the comparison range is, in words: the period just before, or the same days a year earlier. */
-export function comparedWith(m: Metrics): string {
-  return m.compare && m.compare.to < m.from && daysBetween(m.compare.to, m.from) === 2 ? 'Previous period' : 'A year earlier';
+export function comparedWith(f: Pick<Figures, 'from' | 'compare'>): string {
+  return f.compare && f.compare.to < f.from && daysBetween(f.compare.to, f.from) === 2 ? 'Previous period' : 'A year earlier';
 }
 
-function change(t: TileSpec, now: number | string, before: number | string, against: string): HTMLElement {
-  const isRate = t.metric === 'bounceRate';
-  const a = isRate ? parseFloat(String(now)) : (now as number);
-  const b = isRate ? parseFloat(String(before)) : (before as number);
-  const previous = isRate ? String(before) : count(b);
+function change(t: TileSpec, a: number, b: number, against: string): HTMLElement {
+  const previous = t.format(b);
   let text: string;
   let spoken: string;
   let direction: 'up' | 'down' | 'flat';
-  if (isRate) {
+  if (t.points) {
     const diff = Math.round((a - b) * 10) / 10;
     direction = diff > 0 ? 'up' : diff < 0 ? 'down' : 'flat';
     text = `${Math.abs(diff).toLocaleString(undefined, { maximumFractionDigits: 1 })} pt`;
@@ -105,59 +115,93 @@ export function fillLive(el: HTMLElement, r: Realtime): void {
 
 // ------------------------------------------------------------------ breakdown tables
 
-interface Tab {
-  /** the field of GET /metrics, used as data-table for tests and styling */
+/** What a row does when activated: add the filter `is <dimension> <value>`; undefined when filters are not offered. */
+export type OnFilter = ((dimension: string, value: string) => void) | undefined;
+
+export interface Tab {
+  /** data-table, for tests and styling */
   field: string;
   label: string;
   column: string;
-  rows: Array<[string, number]>;
+  rows: Row[];
+  /** the dimension a row filters by */
+  dimension?: string;
   name?: (key: string) => Child;
   /** figures per row in another unit than count (revenue) */
   cells?: (key: string, n: number) => Child;
+  /** in words, for the row's button: "page", "country" */
+  noun?: string;
+  empty?: string;
 }
 
-function entries(b: Breakdown | undefined): Array<[string, number]> {
-  return Object.entries(b ?? {}).sort((x, y) => y[1] - x[1]);
-}
+/** Not a value a visit or event has: the service's bucket for what it stopped counting. */
+const OTHER = '(other)';
 
 function countryName(code: string): Child {
   const name = country(code);
   return name === code ? code : h('span', {}, name, ' ', h('span', { class: 'code' }, code));
 }
 
-/** The cards under the chart, each with the tabs whose figures the answer carries. */
-export function cards(m: Metrics): HTMLElement[] {
-  const maybe = (field: keyof Metrics, label: string, column: string, extra: Partial<Tab> = {}): Tab[] =>
-    m[field] === undefined ? [] : [{ field, label, column, rows: entries(m[field] as Breakdown), ...extra }];
-  const out = [
-    card('Sources', [...maybe('trafficSources', 'Sources', 'Sessions'), ...maybe('utmMediums', 'Mediums', 'Sessions'), ...maybe('utmCampaigns', 'Campaigns', 'Sessions')]),
-    card('Pages', [...maybe('pages', 'Top pages', 'Views'), ...maybe('entryPages', 'Entry pages', 'Sessions')]),
-    card('Countries', maybe('countries', 'Countries', 'Sessions', { name: countryName })),
-    card('Devices', [
-      ...maybe('devices', 'Devices', 'Sessions', { name: capitalize }),
-      ...maybe('browsers', 'Browsers', 'Sessions'),
-      ...maybe('operatingSystems', 'Systems', 'Sessions'),
-    ]),
-    // Page views are the tiles and the chart; here they would only dwarf the events a site owner set up.
-    card('Events', [{ field: 'events', label: 'Events', column: 'Count', rows: entries(m.events).filter(([name]) => name !== 'page_view') }]),
-  ];
-  if (m.revenue && Object.keys(m.revenue).length > 0) {
-    const revenue = m.revenue;
-    const rows = Object.entries(revenue).sort((a, b) => b[1].total - a[1].total).map(([c, r]): [string, number] => [c, r.purchases]);
-    out.push(card('Revenue', [{ field: 'revenue', label: 'Revenue', column: 'Purchases', rows, cells: (c, n) => h('span', {}, h('b', {}, money(revenue[c]?.total ?? 0, c)), ` · ${count(n)}`) }]));
-  }
-  if (m.props && Object.keys(m.props).length > 0) {
-    out.push(card('Properties', Object.entries(m.props).map(([key, values]) => ({ field: `props.${key}`, label: key, column: 'Events', rows: entries(values) }))));
-  }
-  return out.filter((c): c is HTMLElement => c !== null);
+const COLUMN = { pageviews: 'Views', visits: 'Visits', events: 'Events' } as const;
+const NOUN: Record<string, string> = {
+  source: 'source', utmMedium: 'medium', utmCampaign: 'campaign', page: 'page', entryPage: 'entry page', exitPage: 'exit page',
+  country: 'country', device: 'device', browser: 'browser', os: 'system', event: 'event', goal: 'goal',
+};
+export function noun(dimension: string): string {
+  return NOUN[dimension] ?? (dimension.startsWith('prop:') ? `property ${dimension.slice(5)}` : dimension);
 }
 
-function card(title: string, tabs: Tab[]): HTMLElement | null {
-  if (tabs.length === 0) return null;
+/** The cards under the chart, each with the tabs whose figures the answer carries. */
+export function cards(f: Figures, onFilter: OnFilter, addProp: ((key: string) => void) | undefined): HTMLElement[] {
+  const byCard = new Map<string, Tab[]>();
+  for (const t of TABLES) {
+    const rows = f.tables.get(t.id);
+    if (!rows) continue;
+    const tab: Tab = {
+      field: t.id, label: t.label, column: COLUMN[t.metric], dimension: t.dimension,
+      // Page views are the tiles and the chart; here they would only dwarf the events a site owner set up.
+      rows: t.id === 'events' ? rows.filter(([name]) => name !== 'page_view') : rows,
+      ...(t.id === 'countries' ? { name: countryName } : t.id === 'devices' ? { name: capitalize } : {}),
+      ...(t.id === 'events' ? { empty: 'No custom events in this range.' } : {}),
+    };
+    byCard.set(t.card, [...(byCard.get(t.card) ?? []), tab]);
+  }
+  const out = [...byCard].map(([title, tabs]) => card(title, tabs, onFilter));
+  if (f.revenue && Object.keys(f.revenue).length > 0) {
+    const revenue = f.revenue;
+    const rows = Object.entries(revenue).sort((a, b) => b[1].total - a[1].total).map(([c, r]): Row => [c, r.purchases]);
+    out.push(card('Revenue', [{ field: 'revenue', label: 'Revenue', column: 'Purchases', rows, cells: (c, n) => h('span', {}, h('b', {}, money(revenue[c]?.total ?? 0, c)), ` · ${count(n)}`) }], undefined));
+  }
+  if (f.props.size > 0 || addProp) {
+    const tabs = [...f.props].map(([key, rows]): Tab => ({ field: `props.${key}`, label: key, column: 'Events', rows, dimension: `prop:${key}` }));
+    const c = tabs.length > 0 ? card('Properties', tabs, onFilter) : h('section', { class: 'card', 'aria-label': 'Properties' }, h('div', { class: 'card-head' }, h('h2', {}, 'Properties')), h('p', { class: 'empty' }, 'No property shown yet.'));
+    if (addProp) c.append(propForm(addProp));
+    out.push(c);
+  }
+  return out;
+}
+
+/** Any eventParams key can be shown: no declaration needed, POST /query reads them all. */
+function propForm(add: (key: string) => void): HTMLElement {
+  const input = h('input', { type: 'text', id: uid('prop'), 'aria-label': 'Property key', placeholder: 'property key', maxlength: 40, spellcheck: 'false' });
+  const form = h('form', { class: 'inline-form' }, input, h('button', { type: 'submit' }, 'Show property'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const key = input.value.trim();
+    if (key) add(key);
+  });
+  return form;
+}
+
+export function card(title: string, tabs: Tab[], onFilter: OnFilter): HTMLElement {
   const heading = uid('h');
   const head = h('div', { class: 'card-head' }, h('h2', { id: heading }, title));
-  const section = h('section', { class: 'card', 'aria-labelledby': heading }, head);
-  const panels = tabs.map((t) => h('div', { class: 'panel', role: tabs.length > 1 ? 'tabpanel' : undefined, id: uid('panel') }, table(t)));
+  const section = h('section', { class: 'card', 'aria-labelledby': heading, 'data-card': title }, head);
+  const panels = tabs.map((t) => h('div', { class: 'panel', role: tabs.length > 1 ? 'tabpanel' : undefined, id: uid('panel') }, table(t, onFilter)));
+  if (tabs.length === 1 && tabs[0]!.label !== title) {
+    // One tab has no tab list: its name (a property's key) is said above its rows instead.
+    head.append(h('span', { class: 'tab-name', 'data-tab-name': '' }, tabs[0]!.label));
+  }
   if (tabs.length > 1) {
     const list = h('div', { class: 'tabs', role: 'tablist', 'aria-label': `${title} by` });
     const buttons = tabs.map((t, i) =>
@@ -191,22 +235,29 @@ function card(title: string, tabs: Tab[]): HTMLElement | null {
   return section;
 }
 
-function table(t: Tab): HTMLElement {
-  if (t.rows.length === 0) return h('p', { class: 'empty', 'data-table': t.field }, t.field === 'events' ? 'No custom events in this range.' : 'Nothing in this range.');
+export function table(t: Tab, onFilter: OnFilter): HTMLElement {
+  if (t.rows.length === 0) return h('p', { class: 'empty', 'data-table': t.field }, t.empty ?? 'Nothing in this range.');
   const total = t.rows.reduce((s, [, n]) => s + n, 0);
-  const max = t.rows[0]![1];
+  const max = Math.max(...t.rows.map(([, n]) => n));
   const body = h('tbody');
   t.rows.forEach(([key, n], i) => {
     const bar = h('span', { class: 'bar', 'aria-hidden': 'true' });
     bar.style.width = `${max > 0 ? (n / max) * 100 : 0}%`;
-    const row = h(
-      'tr',
-      { 'data-key': key, hidden: i >= TOP_ROWS },
-      h('th', { scope: 'row' }, bar, h('span', { class: 'name', title: key }, t.name ? t.name(key) : key)),
-      h('td', { class: 'num' }, t.cells ? t.cells(key, n) : count(n)),
-      h('td', { class: 'num share' }, t.cells ? '' : share(n, total)),
+    const shownName = t.name ? t.name(key) : key;
+    const dim = t.dimension;
+    const name =
+      onFilter && dim && key !== OTHER
+        ? h('button', { type: 'button', class: 'name filter', title: `Show only ${noun(dim)} ${key}`, onclick: () => onFilter(dim, key) }, h('span', { class: 'sr-only' }, `Filter by ${noun(dim)}: `), shownName)
+        : h('span', { class: 'name', title: key }, shownName);
+    body.append(
+      h(
+        'tr',
+        { 'data-key': key, hidden: i >= TOP_ROWS },
+        h('th', { scope: 'row' }, bar, name),
+        h('td', { class: 'num' }, t.cells ? t.cells(key, n) : count(n)),
+        h('td', { class: 'num share' }, t.cells ? '' : share(n, total)),
+      ),
     );
-    body.append(row);
   });
   const el = h(
     'table',
@@ -228,28 +279,29 @@ function table(t: Tab): HTMLElement {
 
 // ------------------------------------------------------------------ daily and recent
 
-export function dailyTable(m: Metrics): HTMLElement {
+export function dailyTable(f: Figures): HTMLElement {
+  const s = f.series;
   return h(
     'details',
     { class: 'daily' },
-    h('summary', {}, 'Daily figures as a table'),
+    h('summary', {}, `${UNIT_WORD[s.unit]} figures as a table`),
     h(
       'div',
-      { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': 'Daily figures' },
+      { class: 'scroll', tabindex: 0, role: 'region', 'aria-label': `${UNIT_WORD[s.unit]} figures` },
       h(
         'table',
-        { 'data-table': 'daily' },
-        h('thead', {}, h('tr', {}, ...['Day', 'Visitors', 'Sessions', 'Page views', 'Bounce rate'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : undefined }, c)))),
-        h('tbody', {}, ...m.daily.map((d) => h('tr', {}, h('th', { scope: 'row' }, day(d.date, true)), h('td', { class: 'num' }, count(d.users)), h('td', { class: 'num' }, count(d.sessions)), h('td', { class: 'num' }, count(d.pageviews)), h('td', { class: 'num' }, d.bounceRate)))),
+        { 'data-table': 'daily', 'data-unit': s.unit },
+        h('thead', {}, h('tr', {}, ...[UNIT_HEAD[s.unit], 'Visitors', 'Page views'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : undefined }, c)))),
+        h('tbody', {}, ...s.keys.map((k, i) => h('tr', {}, h('th', { scope: 'row' }, bucketLabel(k, s.unit, true)), h('td', { class: 'num' }, count(s.visitors[i]!)), h('td', { class: 'num' }, count(s.pageviews[i]!))))),
       ),
     ),
   );
 }
 
-export function recent(m: Metrics, now: number): HTMLElement {
+export function recent(m: Pick<Figures, 'recent' | 'timezone'>, now: number, filtered = false): HTMLElement {
   const heading = uid('h');
   // Newest first by event time (the service lists them in the order they arrived).
-  const rows = [...m.recentEvents].sort((a, b) => b.ts - a.ts).slice(0, RECENT_ROWS);
+  const rows = [...m.recent].sort((a, b) => b.ts - a.ts).slice(0, RECENT_ROWS);
   const body =
     rows.length === 0
       ? h('p', { class: 'empty' }, 'No events in this range.')
@@ -269,7 +321,8 @@ export function recent(m: Metrics, now: number): HTMLElement {
                   {},
                   h('td', { title: timeIn(e.ts, m.timezone) }, ago(e.ts, now)),
                   h('td', {}, e.event),
-                  h('td', { class: 'path', title: e.url }, pathOf(e.url)),
+                  // Custom events sent without a url have no page.
+                  h('td', { class: 'path', title: e.url }, e.url ? pathOf(e.url) : '—'),
                   h('td', { title: e.referrer }, e.referrer ? hostOf(e.referrer) : '—'),
                   h('td', { title: e.country }, country(e.country)),
                   h('td', {}, capitalize(e.device)),
@@ -278,5 +331,5 @@ export function recent(m: Metrics, now: number): HTMLElement {
             ),
           ),
         );
-  return h('section', { class: 'card wide', 'aria-labelledby': heading }, h('div', { class: 'card-head' }, h('h2', { id: heading }, 'Recent events')), body);
+  return h('section', { class: 'card wide', 'aria-labelledby': heading }, h('div', { class: 'card-head' }, h('h2', { id: heading }, filtered ? 'Recent events (all, unfiltered)' : 'Recent events')), body);
 }

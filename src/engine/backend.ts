@@ -1,5 +1,6 @@
 import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
+import type { QueryEngine } from '../core/query/types.ts';
 import type { AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
@@ -24,6 +25,8 @@ export type ReadRefusal = { unavailable: string };
 export interface Backend {
   readonly catalog: Catalog;
   readonly enricher: Enricher;
+  /** answers POST /query and /query/funnel (the column store); absent where it is not wired yet: those answer 503 */
+  readonly questions?: QueryEngine | undefined;
   /** false after a storage write failed (health answers 503 until one succeeds); the engine sets it on a failed catalog write */
   storageOk: boolean;
   /** ingest waits for this before its eventId checks (LMDB: a compaction swapping files after a deletion) */

@@ -1,10 +1,13 @@
+// long because one class holds a partition's whole life (start, fold, barrier, owner reads, snapshots, close);
+// erasure (cluster-erasure.ts) and questions' columns (cluster-columns.ts) live beside it.
 import type { ClusterConfig, Config } from '../config.ts';
 import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
 import { AnalyticsState, applyOnce, collectSealable, dropProject, isDuplicate, pruneEventIds, storedThisMonth } from '../core/state.ts';
-import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { FunnelStepAnswer, QueryAnswer, QueryEngine } from '../core/query/types.ts';
+import type { FoldRecord, LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/log-store.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
@@ -13,9 +16,12 @@ import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from './backend.ts';
+import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
 import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
+import { COLUMN_FLUSH_MS } from './column-projection.ts';
 import { hashKey, keyHint } from './keys.ts';
 import { Ownership } from './ownership.ts';
+import { QuestionsUnavailable } from './questions.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
 import { Sealer } from './sealer.ts';
 
@@ -87,6 +93,14 @@ export interface ClusterParts {
   sealed: Pick<KvSealedStore, 'caughtUp' | 'write' | 'readDays' | 'month' | 'days' | 'dayCount' | 'removeLocal' | 'eraseProject'>;
   /** what erasing a deleted project needs (src/engine/cluster-erasure.ts) */
   erasure: ErasureParts;
+  /** a partition's column projection in this node's data directory (questions); absent: questions answer 503 */
+  openColumns?: ((partition: number) => PartitionColumns) | undefined;
+  /** removes a partition's columns from this node's data directory (closed first) */
+  removeColumns?: ((partition: number) => void) | undefined;
+  /** whether this node's data directory holds a partition's columns */
+  hasColumns?: ((partition: number) => boolean) | undefined;
+  /** `fn(partition, seq)` for each erase floor known now and each raised later, on any node (cluster-erasure.ts) */
+  onEraseFloor?: ((fn: (partition: number, seq: number) => void) => void) | undefined;
   /** closes what the parts hold (connections) after the backend stopped using them */
   close(): Promise<void>;
 }
@@ -128,6 +142,12 @@ class Partition {
   queued: Promise<number> | undefined;
   /** usage published last, per project (owner: publish only what changed) */
   published = new Map<string, number>();
+  /** the questions' columns of this partition (opened at its first start, kept while it moves away and back) */
+  columns: PartitionColumns | undefined;
+  /** stream sequence the columns already hold: entries after it are fed to them */
+  columnsFrom = Infinity;
+  /** removing columns that missed an erasure (the partition is not folded here); a start waits for it */
+  columnsDrop: Promise<void> | undefined;
 
   constructor(readonly n: number) {}
 }
@@ -196,6 +216,10 @@ export class ClusterBackend implements Backend {
         usage: store.usage,
         sealed: store.sealed,
         erasure: { partitionOf: store.partitionOf, log: store.log, pending: store.erasures, snapshots: store.snapshots, usage: store.usage, sealed: store.sealed },
+        openColumns: (n) => PartitionColumns.open(config.dataDir, n, opts.log),
+        removeColumns: (n) => PartitionColumns.remove(config.dataDir, n),
+        hasColumns: (n) => PartitionColumns.exists(config.dataDir, n),
+        onEraseFloor: (fn) => void store.erasures.onFloor(fn),
         async resumeRefusal(seq, batchId) {
           const first = await store.log.firstSeq();
           if (seq < first - 1) return `the stream starts at ${first}: retention removed messages after it`;
@@ -239,6 +263,7 @@ export class ClusterBackend implements Backend {
     b.erasure = new ClusterErasure(cp.erasure, opts.log);
     for (let n = 0; n < cp.log.partitions; n++) b.parts.push(new Partition(n));
     if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
+    cp.onEraseFloor?.((n, seq) => b.columnsFloor(n, seq));
     return b;
   }
 
@@ -251,7 +276,7 @@ export class ClusterBackend implements Backend {
     this.log(`partition ${n}: owned here`);
     if (this.fold === 'all') return;
     void this.activate(p);
-    this.cp.reads.serve<ReadQuery, MetricsResponse | RealtimeResponse>(n, (q) => this.answerOwned(p, q), () => this.ownership?.serves(n) === true);
+    this.cp.reads.serve<ReadQuery | QuestionRead, unknown>(n, (q) => this.answerOwned(p, q), () => this.ownership?.serves(n) === true);
   }
 
   private lose(n: number): void {
@@ -306,11 +331,21 @@ export class ClusterBackend implements Backend {
     p.state = new AnalyticsState();
     p.caughtUp = false;
     p.published.clear();
+    p.columnsFrom = Infinity;
+    void p.columns?.flush().catch((err: unknown) => this.log(`partition ${p.n}: sealing its columns failed: ${String(err)}`));
     void this.ownership?.clearReady(p.n).catch(() => {});
   }
 
   private async startPartition(p: Partition, gen: number): Promise<void> {
     const last = await this.cp.log.lastSeq(p.n);
+    // What was folded into the columns before (a partition that moved away and back) is sealed first: their marker
+    // is then exactly where feeding them resumes.
+    await p.columnsDrop;
+    if (gen !== p.generation) return;
+    const cols = (p.columns ??= this.cp.openColumns?.(p.n));
+    await cols?.flush();
+    if (gen !== p.generation) return;
+    const colMark = cols?.streamMarker() ?? Infinity;
     const skip = (name: string, why: string) => this.log(`partition ${p.n}: skipping snapshot ${name}: ${why}`);
     let best: { data: SnapshotData; lastBatchId?: string | undefined } | undefined;
     // Unreachable (not damaged: damaged ones are skipped for older ones) is a failed start, retried: a replay from
@@ -326,6 +361,17 @@ export class ClusterBackend implements Backend {
       }
     }
     if (gen !== p.generation) return;
+    // The columns fold from the same point as the state, so they see what applyOnce applied: a snapshot at or below
+    // their marker, else the stream from its start; else (retention) they catch up on their own (cluster-columns.ts).
+    let columnsCatchUp = false;
+    if (cols && colMark < (best?.data.lastSeq ?? 0)) {
+      const base = await this.columnsBase(p, colMark, skip);
+      if (gen !== p.generation) return;
+      if (base === 'start') best = undefined;
+      else if (base) best = base;
+      else columnsCatchUp = true;
+      this.log(`partition ${p.n}: columns at sequence ${colMark}: ${base === 'start' ? 'replaying the partition from the start' : base ? `starting from the snapshot at ${base.data.lastSeq}` : 'no snapshot at or below it; they catch up alone'}`);
+    }
     // The days this snapshot no longer holds were put into the sealed-rows bucket before it was written: wait until
     // this node's copy holds them, or reads would miss them.
     await this.cp.sealed.caughtUp();
@@ -342,6 +388,13 @@ export class ClusterBackend implements Backend {
         state = new AnalyticsState();
       }
     }
+    if (cols && columnsCatchUp) {
+      const n = await catchUpColumns(cols, this.cp.log.read(p.n, colMark), state.lastSeq, () => gen === p.generation);
+      if (gen !== p.generation) return;
+      this.log(`partition ${p.n}: columns caught up from ${colMark} to ${state.lastSeq} (${n} messages; a repeat of an eventId first sent before ${colMark} may count twice in questions)`);
+    }
+    p.columnsFrom = cols ? Math.max(colMark, columnsCatchUp ? state.lastSeq : 0) : Infinity;
+    if (cols && colMark > last) this.log(`ALERT partition ${p.n}: its columns are at sequence ${colMark}, past the stream's end ${last} (another stream?): remove ${p.n}'s columns directory to rebuild them`);
     p.state = state;
     p.sealer = new Sealer(state, this.cp.sealed, (line) => this.log(`partition ${p.n}: ${line}`));
     // Reads that waited for the fold before the snapshot was in: the snapshot may already cover what they wait for.
@@ -360,6 +413,47 @@ export class ClusterBackend implements Backend {
     p.sealer.kick();
   }
 
+  /**
+   * An erasure's floor rose for partition n: columns kept here for a partition this node does not fold now missed its
+   * erase marker, and may never fold it (the partition may not come back): they go, and rebuild from the stream if it
+   * does. A partition folded here erases in its fold, in log order.
+   */
+  private columnsFloor(n: number, seq: number): void {
+    const p = this.parts[n];
+    if (!p || p.active || this.closing) return;
+    p.columnsDrop = (p.columnsDrop ?? Promise.resolve())
+      .then(async () => {
+        if (p.active || this.closing || !(p.columns || this.cp.hasColumns?.(n))) return;
+        const cols = p.columns ?? this.cp.openColumns?.(n);
+        if (!cols) return;
+        p.columns = undefined;
+        const marker = cols.streamMarker();
+        if (marker >= seq) {
+          p.columns = cols;
+          return;
+        }
+        await cols.close();
+        this.cp.removeColumns?.(n);
+        this.log(`partition ${n}: columns removed: they stop at sequence ${marker}, before the erase marker at ${seq} (rebuilt from the stream when the partition is folded here again)`);
+      })
+      .catch((err: unknown) => this.log(`partition ${n}: removing columns that missed an erasure failed: ${String(err)}`));
+  }
+
+  /**
+   * The starting point for a partition whose columns are behind the newest snapshot: an older snapshot at or below
+   * their marker, or 'start' (no snapshot: the stream still holds everything), or undefined (retention removed some).
+   */
+  private async columnsBase(p: Partition, colMark: number, skip: (name: string, why: string) => void): Promise<{ data: SnapshotData; lastBatchId?: string | undefined } | 'start' | undefined> {
+    if (colMark > 0) {
+      const older = await this.cp.snapshots.loadNewest(p.n, colMark, skip);
+      if (older && older.data.lastSeq > 0) {
+        const refusal = await this.cp.resumeRefusal(older.data.lastSeq, older.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
+        if (refusal === undefined) return older;
+      }
+    }
+    return (await this.cp.resumeRefusal(0, undefined)) === undefined ? 'start' : undefined;
+  }
+
   /** The fold reached the stream's end as of its start: a standby may now take the partition over (ready mark). */
   private caughtUp(p: Partition): void {
     if (p.caughtUp) return;
@@ -371,10 +465,16 @@ export class ClusterBackend implements Backend {
   /** One stream entry into the partition's state, in order (the follower drops anything at or below lastSeq). */
   private foldEntry(p: Partition, e: LogEntry): void {
     if (e.seq <= p.state.lastSeq) return;
-    for (const r of e.records) applyOnce(p.state, e.seq, r);
+    const cols = e.seq > p.columnsFrom ? p.columns : undefined;
+    const applied: FoldRecord[] = [];
+    for (const r of e.records) if (applyOnce(p.state, e.seq, r) && r.t === 'e' && cols) applied.push(r);
     p.state.lastSeq = e.seq;
     p.lastBatchId = e.batchId;
-    if (e.erase !== undefined) this.erasedInPartition(p, e.erase, e.seq);
+    if (e.erase !== undefined) {
+      this.erasedInPartition(p, e.erase, e.seq);
+      cols?.erase(e.erase);
+    }
+    cols?.feed(e.seq, applied);
     p.sinceSnapshot += e.records.length;
     if (p.state.sealQueue.length > 0) p.sealer?.kick();
     if (e.batchId !== undefined) this.folded(e.batchId);
@@ -511,12 +611,48 @@ export class ClusterBackend implements Backend {
     }
   }
 
-  /** The owner's side of a forwarded read: the read barrier, then the answer. */
-  private async answerOwned(p: Partition, q: ReadQuery): Promise<MetricsResponse | RealtimeResponse> {
-    if (!p.active) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
+  /** The owner's side of a forwarded read or question: the read barrier, then the answer. */
+  private async answerOwned(p: Partition, q: ReadQuery | QuestionRead): Promise<unknown> {
+    const question = isQuestionRead(q);
+    if (question && q.v !== QUESTION_WIRE_VERSION) throw Object.assign(new Error(`this node answers question version ${QUESTION_WIRE_VERSION}, not ${String(q.v)}`), { code: 'unsupported_read' });
+    const kind = (q as { kind?: unknown }).kind;
+    if (!question && kind !== 'metrics' && kind !== 'realtime') throw Object.assign(new Error(`unknown read kind ${JSON.stringify(kind)}`), { code: 'unsupported_read' });
+    if (!p.active || (question && !p.columns)) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
     const reached = await this.barrier(p, READ_TIMEOUT_MS - FORWARD_REPLY_MARGIN_MS);
     if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
-    return answerRead({ state: p.state, sealed: this.sealedSource }, q);
+    if (!question) return answerRead({ state: p.state, sealed: this.sealedSource }, q);
+    if (!p.columns) throw Object.assign(new Error(`partition ${p.n} has no columns on its owner now; retry in a moment`), { code: 'unavailable' });
+    return answerQuestion(p.columns, q);
+  }
+
+  /**
+   * POST /query and /query/funnel: answered like a read, from the columns of the partition (locally after the read
+   * barrier where this node serves it, else by its owner over the read subject); a refusal is a QuestionsUnavailable (503).
+   */
+  readonly questions: QueryEngine = {
+    query: async (projectId, timezone, goals, question) =>
+      (await this.ask({ kind: 'query', v: QUESTION_WIRE_VERSION, projectId, timezone, goals: [...goals], question })) as QueryAnswer,
+    funnel: async (projectId, timezone, question) => (await this.ask({ kind: 'funnel', v: QUESTION_WIRE_VERSION, projectId, timezone, question })) as FunnelStepAnswer[],
+  };
+
+  private async ask(q: QuestionRead): Promise<unknown> {
+    const p = this.partition(q.projectId);
+    if (this.fold === 'all' || (p.active && this.ownership?.serves(p.n) === true)) {
+      if (!p.columns) throw new QuestionsUnavailable(`partition ${p.n} has no columns on this node; retry in a moment`);
+      const reached = await this.barrier(p);
+      if (reached !== true) throw new QuestionsUnavailable(reached.unavailable);
+      return answerQuestion(p.columns, q);
+    }
+    try {
+      return await this.cp.reads.request<unknown, QuestionRead>(p.n, q);
+    } catch (err) {
+      if (err instanceof ReadUnavailableError) throw new QuestionsUnavailable(`no node serves partition ${p.n} right now (${err.reason}); retry in a moment`);
+      if (err instanceof ReadFailedError && err.code === 'unavailable') throw new QuestionsUnavailable(err.message);
+      if (err instanceof ReadFailedError && unsupportedRead(err.code, err.message)) {
+        throw new QuestionsUnavailable(`the owner of partition ${p.n} does not answer questions (${err.message}): it runs another version; retry once the nodes are upgraded`);
+      }
+      throw err;
+    }
   }
 
   /**
@@ -597,6 +733,9 @@ export class ClusterBackend implements Backend {
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, async () => {
       for (const p of this.parts) if (p.writer && p.active && p.caughtUp && p.state.lastSeq !== p.snapshotSeq) await this.snapshot(p);
+    });
+    every(COLUMN_FLUSH_MS, async () => {
+      for (const p of this.parts) if (p.active) await p.columns?.flush();
     });
     every(PRUNE_EVERY_MS, () => {
       for (const p of this.parts) pruneEventIds(p.state, this.now());
@@ -681,6 +820,8 @@ export class ClusterBackend implements Backend {
     for (const p of this.parts) for (const w of p.waiters) w.resolve(false);
     await this.sealingIdle();
     await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.state.lastSeq !== p.snapshotSeq ? this.snapshot(p) : p.snapshotting)));
+    await Promise.all(this.parts.map((p) => p.columnsDrop));
+    await Promise.all(this.parts.map((p) => p.columns?.close().catch((err: unknown) => this.log(`partition ${p.n}: closing its columns failed: ${String(err)}`))));
     await this.cp.log.close();
     await this.cp.snapshots.close();
     await this.cp.close();

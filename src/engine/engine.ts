@@ -1,3 +1,4 @@
+// long because every rule of the contract meets here (gates, ingest, reads, lifecycle); questions live in questions.ts.
 import type { Config } from '../config.ts';
 import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
@@ -13,8 +14,9 @@ import type { Catalog } from '../store/seams.ts';
 import type { Backend } from './backend.ts';
 import { ClusterBackend } from './cluster-backend.ts';
 import { historyBatch } from './history.ts';
+import { QuestionDesk } from './questions.ts';
 import { LmdbBackend } from './lmdb-backend.ts';
-import { bearerKey, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
+import { bearerKey, bearerToken, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
 import {
   CreateKeySchema,
@@ -37,6 +39,10 @@ import type {
   ExportQuery,
   ExportStream,
   HistoryAck,
+  FunnelResponse,
+  Gate,
+  GoalView,
+  QueryResponse,
   HealthView,
   IngestAck,
   KeyIdentity,
@@ -93,6 +99,7 @@ export class Engine implements AnalyticsEngine {
   private readonly log: (line: string) => void;
   private ops: OperatorMetrics | undefined;
   private readonly catalog: Catalog;
+  private readonly desk: QuestionDesk;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -112,6 +119,22 @@ export class Engine implements AnalyticsEngine {
     // Changes made on another node (cluster), or here: the project list follows the catalog.
     this.catalog.onChange(({ kind, id }) => {
       if (kind === 'project') this.syncProject(id);
+    });
+    this.desk = new QuestionDesk({
+      admitRead: async (meta, projectId) => {
+        if (this.config.cluster) await this.refreshUnknownKey(meta);
+        return this.admitRead(meta, projectId);
+      },
+      admitProject: (meta, projectId) => this.admitProject(meta, projectId),
+      project: (id) => this.projects.get(id),
+      saveProject: async (next, rate) => {
+        const failed = await this.write(() => this.catalog.putProject(next, []), rate);
+        if (!failed && this.projects.has(next.id)) this.projects.set(next.id, next); // a delete may have raced the write
+        return failed;
+      },
+      questions: () => this.backend.questions,
+      now: () => this.now(),
+      closing: () => this.closing,
     });
   }
 
@@ -260,7 +283,7 @@ export class Engine implements AnalyticsEngine {
       const used = this.backend.usedThisMonth(project.id, now);
       if (used + stored > quota) {
         const reset = nextUtcMonthStart(now);
-        return fail('quota_exceeded', `the monthly allowance of ${quota} events is used up (${used} stored this month)`, {
+        return fail('quota_exceeded', quotaMessage(project.id, quota, used), {
           retryAfterSeconds: Math.max(1, Math.ceil((reset - now) / 1000)),
         }, rate);
       }
@@ -348,6 +371,28 @@ export class Engine implements AnalyticsEngine {
     return { ok: true, value: out.value as RealtimeResponse, rate };
   }
 
+  // ---------------------------------------------------------------- questions and goals (src/engine/questions.ts)
+
+  query(meta: RequestMeta, body: unknown): Promise<Outcome<QueryResponse>> {
+    return this.desk.query(meta, body);
+  }
+
+  funnel(meta: RequestMeta, body: unknown): Promise<Outcome<FunnelResponse>> {
+    return this.desk.funnel(meta, body);
+  }
+
+  listGoals(meta: RequestMeta, projectId: string): Promise<Outcome<{ goals: GoalView[] }>> {
+    return this.desk.listGoals(meta, projectId);
+  }
+
+  createGoal(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ goal: GoalView }>> {
+    return this.desk.createGoal(meta, projectId, body);
+  }
+
+  deleteGoal(meta: RequestMeta, projectId: string, goalId: string): Promise<Outcome<{ ok: true }>> {
+    return this.desk.deleteGoal(meta, projectId, goalId);
+  }
+
   /** The gate of the reads: an sk_ key for its own project, or an admin key naming one, from an allowed origin. */
   private admitRead(meta: RequestMeta, requested: string | undefined): Outcome<{ project: ProjectRecord; rate: RateInfo }> {
     const admitted = this.admit(meta);
@@ -356,7 +401,7 @@ export class Engine implements AnalyticsEngine {
     if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read metrics with the sk_ or rk_ key', {}, rate);
     let projectId: string;
     if (key.kind === 'admin') {
-      if (!requested) return fail('invalid_request', 'admin keys must name the project: ?projectId=...', {}, rate);
+      if (!requested) return fail('invalid_request', 'admin keys must name the project: projectId (the ?projectId= parameter, or the field of a POST /query body)', {}, rate);
       projectId = requested;
     } else {
       if (requested !== undefined && requested !== key.projectId) {
@@ -607,10 +652,13 @@ export class Engine implements AnalyticsEngine {
 
   private authenticate(meta: RequestMeta): Outcome<Principal> {
     const key = bearerKey(meta.authorization);
-    if (key === undefined) return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
+    if (key === undefined) {
+      if (bearerToken(meta.authorization) !== undefined) return fail('unauthorized', UNKNOWN_KEY, {}, this.unspentRate());
+      return fail('unauthorized', 'send Authorization: Bearer <API key>', {}, this.unspentRate());
+    }
     const keyHash = hashKey(key);
     const record = this.catalog.key(keyHash);
-    if (!record) return fail('unauthorized', 'unknown or revoked API key', {}, this.unspentRate());
+    if (!record) return fail('unauthorized', UNKNOWN_KEY, {}, this.unspentRate());
     if (!isLive(record, this.now())) return fail('unauthorized', 'the API key has expired', {}, this.unspentRate());
     if (record.projectId !== undefined && !this.projects.has(record.projectId)) {
       return fail('unauthorized', 'the key\'s project was deleted', {}, this.unspentRate());
@@ -674,6 +722,15 @@ export class Engine implements AnalyticsEngine {
     return { ok: true, value: { project, rate } };
   }
 
+  /** The gate of a read whose project is not known yet (a body that did not parse): any key but pk_. */
+  private admitReader(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
+    const admitted = this.admit(meta);
+    if (!admitted.ok) return admitted;
+    const { who: { key }, rate } = admitted.value;
+    if (key.kind === 'publishable') return fail('forbidden', 'pk_ keys can only ingest; read with the sk_ or rk_ key', {}, rate);
+    return admitted;
+  }
+
   /** The gate of GET and POST /projects: an admin or secret key, within its limits, from an allowed origin. */
   private admitManage(meta: RequestMeta): Outcome<{ who: Principal; rate: RateInfo }> {
     const admitted = this.admit(meta);
@@ -705,9 +762,9 @@ export class Engine implements AnalyticsEngine {
    * endpoint's gate first: a bad key answers 401 before a bad body, and every authenticated answer costs a token and
    * carries RateLimit-* headers, whatever was wrong with the body.
    */
-  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Fail {
+  refuse(meta: RequestMeta, endpoint: Gate, error: EngineError): Fail {
     if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
-    const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : this.admitManage(meta);
+    const admitted = endpoint === 'ingest' ? this.admitIngest(meta) : endpoint === 'read' ? this.admitReader(meta) : this.admitManage(meta);
     if (!admitted.ok) return admitted;
     return fail(error.code, error.message, error, admitted.value.rate);
   }
@@ -811,6 +868,18 @@ export class Engine implements AnalyticsEngine {
   async snapshotNow(): Promise<void> {
     await this.backend.snapshotNow();
   }
+}
+
+/** A Bearer token that names no live key: cut short, mistyped, revoked or never issued (the caller did send one). */
+const UNKNOWN_KEY = 'unknown or revoked API key (check it was copied whole; a revoked key stays refused)';
+
+/** The 429 of a used-up allowance names the setting and both ways to raise it. */
+function quotaMessage(projectId: string, quota: number, used: number): string {
+  return (
+    `the project's monthly_quota of ${quota} events is used up (${used} stored this month; it resets at the start of ` +
+    `the next UTC month). Raise it with PATCH /projects/${projectId} {"monthly_quota": N} (0 means unlimited) or ` +
+    `npx analytics projects update ${projectId} --quota N`
+  );
 }
 
 function byCreation(a: ProjectRecord, b: ProjectRecord): number {

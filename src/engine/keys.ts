@@ -33,10 +33,18 @@ export function hashKey(key: string): string {
 
 /** The key of an `Authorization: Bearer <key>` value, or undefined when missing or malformed. */
 export function bearerKey(header: string | undefined): string | undefined {
+  const token = bearerToken(header);
+  return token !== undefined && KEY_SHAPE.test(token) ? token : undefined;
+}
+
+/**
+ * The token of an `Authorization: Bearer <token>` value whatever its shape, or undefined when the header is missing
+ * or is not a Bearer credential: a token that is no key of ours (cut short, mistyped) is an unknown key, not a
+ * missing one.
+ */
+export function bearerToken(header: string | undefined): string | undefined {
   if (!header) return undefined;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!m || !KEY_SHAPE.test(m[1]!)) return undefined;
-  return m[1];
+  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
 }
 
 /** The public id of a key; keys stored before ids existed get one derived from their hash (not from the key). */

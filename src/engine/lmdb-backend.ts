@@ -6,14 +6,18 @@ import { sealedSource } from '../core/sealed-source.ts';
 import { apply, collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
+import type { QueryEngine } from '../core/query/types.ts';
+import { ColumnStore } from '../store/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
 import type { HistoryIds } from '../store/history-ids.ts';
+import { assertEnvironmentSound, assertWritable } from '../store/lmdb-probe.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
 import type { RememberedIds } from '../store/remembered-ids.ts';
 import type { SealedStore } from '../store/sealed-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import type { Backend, ReadRefusal, ReadView } from './backend.ts';
 import { exportEvents } from './history-export.ts';
+import { COLUMN_FLUSH_MS, ColumnProjection } from './column-projection.ts';
 import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
@@ -53,6 +57,8 @@ export class LmdbBackend implements Backend {
   private readonly ids: RememberedIds;
   private readonly historyIds: HistoryIds;
   private readonly view: ReadView;
+  /** the column store: answers POST /query and funnels */
+  readonly questions: QueryEngine;
 
   private constructor(
     private readonly config: Readonly<Config>,
@@ -63,7 +69,9 @@ export class LmdbBackend implements Backend {
     private readonly now: () => number,
     private readonly log: (line: string) => void,
     private readonly ops: OperatorMetrics | undefined,
+    private readonly columns: ColumnProjection,
   ) {
+    this.questions = columns;
     this.catalog = new LmdbCatalog(store);
     // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
     const known = new Set(store.listProjects().map((p) => p.id));
@@ -75,7 +83,7 @@ export class LmdbBackend implements Backend {
     }
     this.ids = store.openRememberedIds();
     this.historyIds = store.openHistoryIds();
-    void this.ids.start(now()).catch((err: unknown) => log(`loading remembered eventIds failed: ${err instanceof Error ? err.message : String(err)}`));
+    void this.ids.start(now(), log);
     this.sealedStore = store.openSealedStore();
     this.sealed = sealedSource(this.sealedStore);
     this.sealer = new Sealer(state, this.sealedStore, log);
@@ -87,16 +95,28 @@ export class LmdbBackend implements Backend {
   }
 
   static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+    // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
+    assertWritable(config.dataDir);
+    const walked = assertEnvironmentSound(config.dataDir);
+    if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
     const store = LogStore.open(config.dataDir, config.durability, { log });
     const files = new SnapshotFiles(config.dataDir);
-    const state = recoverState(store, files, log);
+    const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
+    const state = await recoverState(store, files, log, [columns.replayConsumer()]);
     const enricher = await createEnricher({
       geoDbPath: config.geoDbPath,
       salts: { load: async () => store.loadSalts(), save: (s) => store.saveSalts(s) },
       now: now(),
     });
+    ops?.snapshotOnDisk(files.newestBytes());
     const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
-    return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops);
+    // The columns caught up in the same pass (from their own marker: at most a flush interval of events, or everything
+    // when the columns file is new). Sealing them now is an optimisation: on a full disk the open segments wait in the
+    // heap for the next flush, and the service starts anyway (health tells what a write gets).
+    if (columns.openCount() > 0) {
+      await columns.flush().catch((err: unknown) => log(`sealing column segments at start failed (retried on the next flush): ${err instanceof Error ? err.message : String(err)}`));
+    }
+    return new LmdbBackend(config, store, state, enricher, snapshotter, now, log, ops, columns);
   }
 
   /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet. */
@@ -105,8 +125,10 @@ export class LmdbBackend implements Backend {
   }
 
   settled(): Promise<void> {
-    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB.
-    return this.store.settled();
+    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB. Damaged
+    // remembered eventIds are being rebuilt from the log: a resend must wait for its id to be back.
+    const repairing = this.ids.settled();
+    return repairing ? Promise.all([repairing, this.store.settled()]).then(() => {}) : this.store.settled();
   }
 
   seen(projectId: string, eventId: string, now: number): boolean {
@@ -159,12 +181,12 @@ export class LmdbBackend implements Backend {
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
         for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
+        this.columns.fold(first, records);
         this.sealer.kick();
-        this.storageOk = true;
+        this.writeSucceeded();
         ok = true;
       } catch (err) {
-        this.storageOk = false;
-        this.log(`append failed: ${err instanceof Error ? err.message : String(err)}`);
+        this.writeFailed(err);
       } finally {
         for (const id of ids) pending.delete(id);
         this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) - stored);
@@ -189,6 +211,7 @@ export class LmdbBackend implements Backend {
     this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
     await this.sealer.idle();
     const n = await this.store.eraseProjectEvents(projectId);
+    await this.columns.erase(projectId);
     this.state.projects.delete(projectId);
     this.pendingIds.delete(projectId);
     this.pendingCounts.delete(projectId);
@@ -235,6 +258,7 @@ export class LmdbBackend implements Backend {
 
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
+    every(COLUMN_FLUSH_MS, () => this.columns.flush());
     every(PRUNE_EVERY_MS, async () => {
       await this.ids.expire(this.now());
       await this.applyRetention();
@@ -246,20 +270,37 @@ export class LmdbBackend implements Backend {
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
         await this.store.probeWrite(this.now());
-        this.storageOk = true;
-      } catch {
-        this.storageOk = false;
+        this.store.probeSpace();
+        this.writeSucceeded();
+      } catch (err) {
+        this.writeFailed(err);
       }
     });
+  }
+
+  /** Storage refuses writes: one line when it starts (not one per refused batch), health 503 until a write succeeds. */
+  private writeFailed(err: unknown): void {
+    const was = this.storageOk;
+    this.storageOk = false;
+    if (was) this.log(`storage write failed: ${this.store.describeWriteFailure(err)}; writes answer 503 until storage accepts them again`);
+  }
+
+  private writeSucceeded(): void {
+    if (!this.storageOk) this.log('storage accepts writes again');
+    this.storageOk = true;
   }
 
   async close(): Promise<void> {
     await this.foldTail;
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
+    const failed = this.snapshotter.failure;
     await this.snapshotter.close();
+    await this.columns.close();
     await this.ids.stop();
     await this.store.close();
+    // Nothing acknowledged is lost (the log has it), but the operator must know the directory refuses writes.
+    if (failed !== undefined) throw new Error(`the final snapshot could not be written in ${path.join(this.config.dataDir, 'snapshots')}: ${failed}; the next start replays the log instead`);
   }
 
   stats(): { liveDays: number; sealedDays: number } {
@@ -277,7 +318,9 @@ export class LmdbBackend implements Backend {
     const days = this.config.logRetentionDays;
     if (days === undefined) return 0;
     const cutoff = this.now() - days * DAY_MS;
-    const limit = this.snapshotter.oldestKeptSeq();
+    // never past the columns' marker either (a restart replays the columns from it): seal them first
+    await this.columns.flush();
+    const limit = Math.min(this.snapshotter.oldestKeptSeq(), this.columns.marker());
     let keepFrom = this.store.logStart();
     for (;;) {
       let n = 0;

@@ -7,7 +7,10 @@ import { monthEnd } from '../core/sealed-source.ts';
 import { fromSnapshot, toSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply, collectSealable, sealAt } from '../core/state.ts';
 import type { StoredEvent } from '../core/types.ts';
+import { ColumnStore } from '../store/column-store.ts';
 import { LogDamage, LogStore } from '../store/log-store.ts';
+import { ColumnProjection } from './column-projection.ts';
+import { assertEnvironmentSound, assertWritable, walkEnvironment } from '../store/lmdb-probe.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import { exportEvents } from './history-export.ts';
 import { Sealer } from './sealer.ts';
@@ -27,6 +30,10 @@ export type OnProgress = (done: number, total: number, phase: string) => void;
 
 function openStore(dataDir: string, readOnly: boolean): LogStore {
   if (!existsSync(path.join(dataDir, 'analytics.lmdb'))) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  if (!readOnly) {
+    assertWritable(dataDir);
+    assertEnvironmentSound(dataDir); // check walks it itself and lists the damage as a problem
+  }
   return LogStore.open(dataDir, 'flush', { readOnly });
 }
 
@@ -65,6 +72,8 @@ export interface RebuildResult {
   projects: number;
   snapshot: string;
   sealedDays: number;
+  /** events in the rebuilt column store */
+  columnEvents: number;
   ms: number;
 }
 
@@ -97,10 +106,38 @@ export async function rebuild(dataDir: string, onProgress: OnProgress = () => {}
       await sealed.write({ days: [], months: [{ projectId, month: rollupMonth(month, sealed.readDays(projectId, `${month}-01`, monthEnd(month))) }] });
     }
     const { file } = await files.write(toSnapshot(state), { replaceAll: true });
-    return { records: last, projects: state.projects.size, snapshot: file, sealedDays, ms: Math.round(performance.now() - started) };
+    const columnEvents = await rebuildColumns(dataDir, store, onProgress);
+    return { records: last, projects: state.projects.size, snapshot: file, sealedDays, columnEvents, ms: Math.round(performance.now() - started) };
   } finally {
     await files.close();
     await store.close();
+  }
+}
+
+/**
+ * The column store again from the log: segments that start at or after the log's first record go, the log is folded
+ * into new ones (events of projects no longer in the catalog are skipped, as the service erased them).
+ */
+async function rebuildColumns(dataDir: string, store: LogStore, onProgress: OnProgress): Promise<number> {
+  const columns = ColumnStore.open(dataDir);
+  const projection = new ColumnProjection(columns, () => {});
+  try {
+    await columns.clearFrom(store.logStart());
+    const known = new Set(store.listProjects().map((p) => p.id));
+    const last = store.lastSeq();
+    let n = 0;
+    const records = (function* () {
+      for (const r of store.readAfter(0)) {
+        if (++n % FOLD_SLICE === 0) onProgress(n, last, 'columns');
+        if (r.record.t === 'x' || known.has(r.record.p)) yield r;
+      }
+    })();
+    await projection.replay(records);
+    await projection.flush();
+    onProgress(n, last, 'columns');
+    return columns.size().events;
+  } finally {
+    await projection.close();
   }
 }
 
@@ -111,6 +148,8 @@ export interface CheckResult {
   snapshots: number;
   sealedDays: number;
   sealedMonths: number;
+  /** column segments verified (checksum, header, dictionaries) */
+  columnSegments: number;
 }
 
 /**
@@ -119,6 +158,10 @@ export interface CheckResult {
  */
 export async function check(dataDir: string, onProgress: OnProgress = () => {}): Promise<CheckResult> {
   const problems: string[] = [];
+  if (!existsSync(path.join(dataDir, 'analytics.lmdb'))) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  // 0. LMDB's own pages, walked in a child process (damage there crashes whoever reads it): nothing else is read then
+  const walked = walkEnvironment(path.join(dataDir, 'analytics.lmdb'));
+  if (!walked.ok) return { ok: false, problems: [`lmdb: ${path.join(dataDir, 'analytics.lmdb')} is damaged: ${walked.problem}`], logEntries: 0, snapshots: 0, sealedDays: 0, sealedMonths: 0, columnSegments: 0 };
   const store = openStore(dataDir, true);
   try {
     const last = store.lastSeq();
@@ -196,7 +239,24 @@ export async function check(dataDir: string, onProgress: OnProgress = () => {}):
         problems.push(...compareWithLog(restored, folded, segments, newest.seq, logStart).map((p) => `snapshot ${path.basename(newest.file)}: ${p}`));
       }
     }
-    return { ok: problems.length === 0, problems, logEntries: entries, snapshots: snaps.length, sealedDays, sealedMonths };
+    // 5. column segments: each one's checksum and header, its dictionaries decode, its project is known
+    let columnSegments = 0;
+    if (ColumnStore.exists(dataDir)) {
+      const columns = ColumnStore.open(dataDir, { readOnly: true });
+      try {
+        let bad = 0;
+        for (const s of columns.verifyAll()) {
+          columnSegments++;
+          const where = `column segment ${s.projectId} ${s.day} #${s.segNo}`;
+          const problem = s.problem ?? (known.has(s.projectId) ? undefined : 'its project is not in the catalog');
+          if (problem && ++bad <= MAX_LISTED_GAPS) problems.push(`${where}: ${problem}`);
+        }
+        if (bad > MAX_LISTED_GAPS) problems.push(`columns: ${bad - MAX_LISTED_GAPS} more problems`);
+      } finally {
+        await columns.close();
+      }
+    }
+    return { ok: problems.length === 0, problems, logEntries: entries, snapshots: snaps.length, sealedDays, sealedMonths, columnSegments };
   } finally {
     await store.close();
   }

@@ -114,6 +114,11 @@ export class OperatorMetrics {
     this.commitLatency.observe(seconds);
   }
 
+  /** At start: the newest snapshot already on disk, so the gauge is not 0 until the next one is written. */
+  snapshotOnDisk(bytes: number): void {
+    this.snapshotBytes.set(bytes);
+  }
+
   snapshot(seconds: number, bytes: number): void {
     this.snapshotDuration.observe(seconds);
     this.snapshotBytes.set(bytes);

@@ -1,5 +1,6 @@
 import { fromSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply } from '../core/state.ts';
+import type { LogRecord } from '../core/types.ts';
 import { LogDamage, type LogStore } from '../store/log-store.ts';
 import type { SnapshotFiles } from '../store/snapshot-files.ts';
 
@@ -8,13 +9,26 @@ const PROGRESS_THRESHOLD = 100_000;
 /** One progress line per this many records. */
 const PROGRESS_EVERY = 500_000;
 
+/** Another projection of the log that catches up in the same pass: it takes every record after `after`. */
+export interface ReplayConsumer {
+  after: number;
+  /** folds one record; a promise when the consumer must write before it takes more (its heap bound) */
+  fold(seq: number, record: LogRecord): Promise<void> | undefined;
+}
+
 /**
  * Startup: the newest valid snapshot, then the log after it. A damaged snapshot is skipped for an older one or a
- * full replay; the log is the truth, so the result equals folding the whole log.
+ * full replay; the log is the truth, so the result equals folding the whole log. Other projections (the column
+ * store) catch up in the same single read of the log, each from its own marker, so the log is read and verified once.
  */
-export function recoverState(store: LogStore, files: SnapshotFiles, log: (line: string) => void): AnalyticsState {
+export async function recoverState(
+  store: LogStore,
+  files: SnapshotFiles,
+  log: (line: string) => void,
+  consumers: readonly ReplayConsumer[] = [],
+): Promise<AnalyticsState> {
   const lastSeq = store.lastSeq();
-  const snap = files.loadNewest(lastSeq, (file, why) => log(`skipping snapshot ${file}: ${why}`));
+  const snap = files.loadNewest(lastSeq, (file, why) => log(`snapshot ${file} skipped (an older one or the log is used instead): ${why}`));
   let state = new AnalyticsState();
   if (snap) {
     try {
@@ -30,8 +44,15 @@ export function recoverState(store: LogStore, files: SnapshotFiles, log: (line: 
   if (snap && state.lastSeq > 0) log(`restored snapshot at sequence ${state.lastSeq}`);
   if (loud) log(`replaying ${tail} log records after sequence ${state.lastSeq}...`);
   let n = 0;
+  const from = Math.min(state.lastSeq, ...consumers.map((c) => c.after));
   try {
-    for (const { seq, record } of store.readAfter(state.lastSeq)) {
+    for (const { seq, record } of store.readAfter(from)) {
+      for (const c of consumers) {
+        if (seq <= c.after) continue;
+        const wait = c.fold(seq, record);
+        if (wait) await wait;
+      }
+      if (seq <= state.lastSeq) continue;
       apply(state, seq, record);
       if (loud && ++n % PROGRESS_EVERY === 0) log(`  replayed ${n}/${tail} (${Math.round((n / tail) * 100)}%)`);
     }

@@ -42,6 +42,9 @@ export class Snapshotter {
     if (this.state.lastSeq - this.lastSnapshotSeq >= this.everyEvents && !this.writing) void this.snapshot();
   }
 
+  /** why the newest snapshot attempt failed; undefined once one succeeds (shutdown reports it) */
+  failure: string | undefined;
+
   async snapshotIfChanged(): Promise<void> {
     if (this.state.lastSeq !== this.lastSnapshotSeq) await this.snapshot();
   }
@@ -68,12 +71,14 @@ export class Snapshotter {
       .write(data, { replaceAll })
       .then(({ bytes }) => {
         this.lastSnapshotSeq = data.lastSeq;
+        this.failure = undefined;
         this.onWritten?.((performance.now() - started) / 1000, bytes);
       })
       .catch((err: unknown) => {
         this.sent.clear(); // send everything next time
         if (replaceAll) this.purgePending = true; // the older files still have to go
-        this.log(`snapshot failed: ${err instanceof Error ? err.message : String(err)}`);
+        this.failure = err instanceof Error ? err.message : String(err);
+        this.log(`snapshot failed: ${this.failure}`);
       })
       .finally(() => {
         this.writing = undefined;

@@ -1,3 +1,4 @@
+import type { FunnelStepAnswer, QueryRow } from '../core/query/types.ts';
 import type { MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { KeyKind } from '../store/log-store.ts';
 
@@ -170,6 +171,40 @@ export interface HealthView {
   log?: { lastSeq: number; verifiedRecords: number; verifiedAt: string; ok: boolean };
 }
 
+/** The answer of POST /query (CONTRACT "Questions"). */
+export interface QueryResponse {
+  projectId: string;
+  from: string;
+  to: string;
+  timezone: string;
+  metrics: string[];
+  dimensions: string[];
+  results: QueryRow[];
+  totals: number[];
+  totalRows: number;
+}
+
+/** The answer of POST /query/funnel. */
+export interface FunnelResponse {
+  projectId: string;
+  from: string;
+  to: string;
+  timezone: string;
+  steps: FunnelStepAnswer[];
+}
+
+/** A goal as listed: exactly one of `event` or `page`. */
+export interface GoalView {
+  id: string;
+  name: string;
+  event?: string;
+  page?: string;
+  created_at: string;
+}
+
+/** Which gate a request the face could not parse passes before its wire error is told: ingest, management, or a read. */
+export type Gate = 'ingest' | 'manage' | 'read';
+
 /** The engine's public surface. `src/engine/engine.ts` implements it. */
 export interface AnalyticsEngine {
   /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
@@ -191,11 +226,18 @@ export interface AnalyticsEngine {
   /** Sets a key's expiry (key rotation with an overlap). */
   updateKey(meta: RequestMeta, projectId: string, keyId: string, body: unknown): Promise<Outcome<KeyView>>;
   revokeKey(meta: RequestMeta, projectId: string, keyId: string): Promise<Outcome<{ ok: true }>>;
+  /** POST /query: `body` is the parsed JSON (gRPC, MCP and CLI build the same object). */
+  query(meta: RequestMeta, body: unknown): Promise<Outcome<QueryResponse>>;
+  /** POST /query/funnel */
+  funnel(meta: RequestMeta, body: unknown): Promise<Outcome<FunnelResponse>>;
+  listGoals(meta: RequestMeta, projectId: string): Promise<Outcome<{ goals: GoalView[] }>>;
+  createGoal(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ goal: GoalView }>>;
+  deleteGoal(meta: RequestMeta, projectId: string, goalId: string): Promise<Outcome<{ ok: true }>>;
   /**
    * For a body the face could not even parse (wrong type, too large, not JSON): runs the endpoint's gate (key,
    * rate limit, scope) and answers `error` only if the gate passes, so precedence and RateLimit-* match the rest.
    */
-  refuse(meta: RequestMeta, endpoint: 'ingest' | 'manage', error: EngineError): Failure;
+  refuse(meta: RequestMeta, endpoint: Gate, error: EngineError): Failure;
   /** The key of the request (401 when missing, malformed or unknown); takes no rate-limit token. */
   identify(meta: RequestMeta): Outcome<KeyIdentity>;
   health(): HealthView;

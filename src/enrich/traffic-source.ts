@@ -23,6 +23,14 @@ const SOURCE_PARAMS = ['utm_source', 'ref', 'source'] as const;
 /** a Map, not the object literal, so a host named "constructor" or "__proto__" cannot reach Object.prototype */
 const KNOWN_HOSTS: ReadonlyMap<string, string> = new Map(Object.entries(KNOWN_SOURCE_HOSTS));
 
+/**
+ * Every known source name (and Direct) by its lower case: a source given by name (`utm_source=twitter`, a referrer
+ * `GOOGLE`) is the known source, spelled as a referrer of that site gives it, so one source is one row.
+ */
+const KNOWN_NAMES: ReadonlyMap<string, string> = new Map(
+  [DIRECT, ...Object.values(KNOWN_SOURCE_HOSTS), ...KNOWN_SOURCE_PATTERNS.map(([, name]) => name)].map((n) => [n.toLowerCase(), n]),
+);
+
 const LOCAL_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]', '::1', '0.0.0.0']);
 
 /** `scheme://` — anything else is either a bare host ("google.com/search") or a name */
@@ -61,7 +69,7 @@ function campaignSource(url: string): string | undefined {
     const value = params.get(name);
     if (value === null) continue;
     const cleaned = cleanName(value);
-    if (cleaned !== '') return cleaned;
+    if (cleaned !== '') return knownName(cleaned);
   }
   return undefined;
 }
@@ -77,7 +85,7 @@ function normalizeReferrer(raw: string, pageUrl: string): TrafficSource {
   if (parsed === undefined || parsed.hostname === '') {
     // Not a URL: the caller named the source ("newsletter", "Product Hunt").
     const name = cleanName(trimmed);
-    return name === '' ? { referrer: '', source: DIRECT } : { referrer: name, source: name };
+    return name === '' ? { referrer: '', source: DIRECT } : { referrer: name, source: knownName(name) };
   }
 
   const host = stripWww(parsed.hostname);
@@ -109,6 +117,11 @@ export function knownSourceName(host: string): string | undefined {
     if (dot < 0 || candidate.indexOf('.', dot + 1) < 0) return undefined;
     candidate = candidate.slice(dot + 1);
   }
+}
+
+/** A name given by the caller, as the known source it names in any case (`twitter` is `Twitter`), else as given. */
+function knownName(name: string): string {
+  return KNOWN_NAMES.get(name.toLowerCase()) ?? name;
 }
 
 function parseUrl(value: string): URL | undefined {

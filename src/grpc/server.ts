@@ -6,7 +6,13 @@ import { ReflectionService } from '@grpc/reflection';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import {
   AnalyticsService,
+  CreateGoalRequestSchema,
   CreateKeyRequestSchema,
+  DeleteGoalRequestSchema,
+  DeleteGoalResponseSchema,
+  ListGoalsRequestSchema,
+  QueryFunnelRequestSchema,
+  QueryRequestSchema,
   CreateProjectRequestSchema,
   DeleteProjectRequestSchema,
   DeleteProjectResponseSchema,
@@ -30,6 +36,7 @@ import { CONNECTION_LIMITS, ConnectionGuard } from '../net/connection-guard.ts';
 import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
+import { createdGoalMessage, funnelBody, funnelMessage, goalBody, goalsMessage, queryBody, queryMessage } from './questions.ts';
 import { reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
 import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, realtimeQuery, updateProjectBody } from './request-to-plain.ts';
@@ -85,7 +92,7 @@ export interface RunningGrpc {
 type UnaryHandler = (call: ServerUnaryCall<Buffer, Message>, callback: sendUnaryData<Message>) => void;
 
 /** Which engine gate a request passes before a wire error is reported (as HTTP does for a body it cannot parse). */
-type Gate = 'ingest' | 'manage';
+type Gate = 'ingest' | 'manage' | 'read';
 
 function unary<I extends DescMessage, O extends Message>(
   engine: AnalyticsEngine,
@@ -229,6 +236,32 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       onFault,
       opts.ops,
     ),
+    query: unary(engine, QueryRequestSchema, 'read', async (req, meta) => withValue(await engine.query(meta, queryBody(req)), queryMessage), onFault, opts.ops),
+    queryFunnel: unary(
+      engine,
+      QueryFunnelRequestSchema,
+      'read',
+      async (req, meta) => withValue(await engine.funnel(meta, funnelBody(req)), funnelMessage),
+      onFault,
+      opts.ops,
+    ),
+    listGoals: unary(engine, ListGoalsRequestSchema, 'read', async (req, meta) => withValue(await engine.listGoals(meta, req.projectId), goalsMessage), onFault, opts.ops),
+    createGoal: unary(
+      engine,
+      CreateGoalRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.createGoal(meta, req.projectId, goalBody(req)), createdGoalMessage),
+      onFault,
+      opts.ops,
+    ),
+    deleteGoal: unary(
+      engine,
+      DeleteGoalRequestSchema,
+      'manage',
+      async (req, meta) => withValue(await engine.deleteGoal(meta, req.projectId, req.goalId), () => create(DeleteGoalResponseSchema)),
+      onFault,
+      opts.ops,
+    ),
   });
 
   // '' is the whole server, as health-checking clients ask by default.
@@ -264,6 +297,8 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
       socket.pause();
       socket.unshift(head.length === 1 ? head[0]! : Buffer.concat(head, bytes));
       injected.add(socket);
+      // grpc-js owns it from here and the guard can no longer close it: never a candidate to make room
+      guard.note(socket, 'busy');
       injector.injectConnection(socket);
     };
     socket.on('data', onData);

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
 import { MAX_BATCH_EVENTS } from '../core/limits.ts';
+import { FunnelBodySchema, GoalBodySchema, MAX_QUERY_BODY_BYTES, QueryBodySchema } from '../core/query/schema.ts';
 import { CreateKeySchema, CreateProjectSchema, UpdateKeySchema, UpdateProjectSchema } from '../engine/project-input.ts';
 import { QUERY_SCHEMAS } from './query-schemas.ts';
 import * as R from './response-schemas.ts';
@@ -35,6 +36,14 @@ const COMPONENTS: Record<string, z.ZodType> = {
   UpdateProject: UpdateProjectSchema,
   CreateKey: CreateKeySchema,
   UpdateKey: UpdateKeySchema,
+  Query: QueryBodySchema,
+  QueryAnswer: R.QueryAnswer,
+  Funnel: FunnelBodySchema,
+  FunnelAnswer: R.FunnelAnswer,
+  CreateGoal: GoalBodySchema,
+  Goal: R.GoalItem,
+  GoalList: R.GoalList,
+  CreatedGoal: R.CreatedGoal,
 };
 
 /** What each error status means on this API; an operation lists the ones it can answer. */
@@ -43,12 +52,12 @@ const ERRORS: Record<number, string> = {
   401: 'unauthorized: no key, a malformed Authorization header, or an unknown, revoked or expired key',
   403: 'forbidden: the key may not do this (its type, its project, the Origin or Referer)',
   404: 'not_found',
-  409: 'conflict: the project would lose its last secret key',
-  413: 'payload_too_large: a body over 1 MiB or a batch over 500 events',
+  409: 'conflict: the project would lose its last secret key, or already has a goal of that name',
+  413: `payload_too_large: a body over 1 MiB (${MAX_QUERY_BODY_BYTES / 1024} KiB for /query) or a batch over 500 events`,
   415: 'unsupported_media_type: a body that is not application/json or text/plain, or an encoding other than gzip',
   429: 'rate_limited or quota_exceeded; Retry-After says when to try again',
   500: 'internal',
-  503: 'unavailable: storage cannot be written or the service is shutting down',
+  503: 'unavailable: storage cannot be written, the service is shutting down, or questions are not answered in this mode',
 };
 
 function errors(...statuses: number[]): Json {
@@ -71,6 +80,7 @@ function queryParameters(schema: z.ZodObject): Json[] {
 const pathParam = (name: string, description: string): Json => ({ name, in: 'path', required: true, description, schema: { type: 'string' } });
 const projectId = pathParam('id', 'the project id');
 const keyId = pathParam('keyId', 'the key id from GET /projects/{id}/keys');
+const goalId = pathParam('goalId', 'the goal id from GET /projects/{id}/goals');
 const body = (id: string, example?: unknown): Json => ({
   required: true,
   content: { 'application/json': { schema: ref(id), ...(example !== undefined ? { example } : {}) } },
@@ -247,12 +257,55 @@ export function openApiDocument(version: string): Json {
           },
         },
       },
+      '/query': {
+        post: {
+          operationId: 'query',
+          summary: 'Ask a question: up to 10 metrics by up to 3 dimensions (hours, pages, sources, goals, any eventParams key...) with filters, over ≤ 366 days',
+          security: secured,
+          requestBody: body('Query', { from: '2026-11-01', to: '2026-11-30', metrics: ['visitors', 'bounceRate'], dimensions: ['page'], filters: [['is', 'country', ['DE']]] }),
+          responses: { '200': json(ref('QueryAnswer'), 'rows (paged by limit and offset), totals and the number of rows'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+        },
+      },
+      '/query/funnel': {
+        post: {
+          operationId: 'queryFunnel',
+          summary: 'Visits through 2 to 8 steps in order (a goal\'s name, {"event"} or {"page"}), with visit-level filters',
+          security: secured,
+          requestBody: body('Funnel', { from: '2026-11-01', to: '2026-11-30', steps: [{ page: '/pricing' }, { event: 'signup' }] }),
+          responses: { '200': json(ref('FunnelAnswer'), 'each step\'s visits, visitors, conversion rate and drop-off'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+        },
+      },
+      '/projects/{id}/goals': {
+        parameters: [projectId],
+        get: {
+          operationId: 'listGoals',
+          summary: "A project's goals (ak_, sk_, rk_)",
+          security: secured,
+          responses: { '200': json(ref('GoalList'), 'the goals'), ...errors(400, 401, 403, 404, 429) },
+        },
+        post: {
+          operationId: 'createGoal',
+          summary: 'Create a goal: an event name or a page pattern (`*` matches any run); counts over all kept history (ak_, sk_)',
+          security: secured,
+          requestBody: body('CreateGoal', { name: 'Signed up', event: 'signup' }),
+          responses: { '200': json(ref('CreatedGoal'), 'the goal'), ...errors(400, 401, 403, 404, 409, 413, 415, 429) },
+        },
+      },
+      '/projects/{id}/goals/{goalId}': {
+        parameters: [projectId, goalId],
+        delete: {
+          operationId: 'deleteGoal',
+          summary: 'Delete a goal (ak_, sk_)',
+          security: secured,
+          responses: { '200': json(ref('Ok'), 'deleted'), ...errors(400, 401, 403, 404, 429) },
+        },
+      },
       '/mcp': {
         post: {
           operationId: 'mcp',
           summary:
             'MCP (Model Context Protocol) over Streamable HTTP, stateless: a JSON-RPC message in, its answer out as JSON. Tools: ' +
-            'get_metrics, get_realtime, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
+            'get_metrics, get_realtime, query, funnel, list_projects, create_project, track_event; the key decides which are listed, the engine judges each call',
           security: secured,
           requestBody: {
             required: true,
@@ -273,6 +326,12 @@ export function openApiDocument(version: string): Json {
           security: [],
           responses: { '200': json(ref('Health'), 'serving'), '503': json(ref('Health'), 'storage cannot be written, or shutting down') },
         },
+        head: {
+          operationId: 'healthHead',
+          summary: 'As GET /health, without a body',
+          security: [],
+          responses: { '200': { description: 'serving' }, '503': { description: 'storage cannot be written, or shutting down' } },
+        },
       },
       '/script.js': {
         get: {
@@ -283,6 +342,12 @@ export function openApiDocument(version: string): Json {
             '200': { description: 'JavaScript', content: { 'application/javascript': { schema: { type: 'string' } } } },
             '304': { description: 'not modified (If-None-Match)' },
           },
+        },
+        head: {
+          operationId: 'trackerScriptHead',
+          summary: 'As GET /script.js, without a body',
+          security: [],
+          responses: { '200': { description: 'JavaScript' }, '304': { description: 'not modified (If-None-Match)' } },
         },
       },
       '/dashboard': {

@@ -44,6 +44,10 @@ export const QUERY_SCHEMAS = {
       to: param('last day of the range (defaults to today); needs `from`').optional(),
     }),
   },
+  '/projects/{id}/goals': { GET: z.strictObject({}), POST: z.strictObject({}) },
+  '/projects/{id}/goals/{goalId}': { DELETE: z.strictObject({}) },
+  '/query': { POST: z.strictObject({}) },
+  '/query/funnel': { POST: z.strictObject({}) },
   '/mcp': { POST: z.strictObject({}) },
 } as const satisfies Record<string, Record<string, z.ZodObject>>;
 

@@ -18,16 +18,16 @@ export function bodyEncoding(header: string | undefined): BodyEncoding | undefin
 }
 
 /**
- * Reads a request body up to MAX_BODY_BYTES. A declared Content-Length over the cap is refused before reading a
+ * Reads a request body up to `maxBytes` (MAX_BODY_BYTES unless the route has a smaller cap). A declared Content-Length over the cap is refused before reading a
  * byte; a chunked body is counted while it streams and refused the moment it passes the cap. A gzip body is inflated
  * as it streams and the cap applies to the inflated bytes, counted while inflating: a zip bomb stops at 1 MiB of
  * output, not at the end of its expansion. A client that goes away mid-body (or is cut off by requestTimeout)
  * resolves as `aborted` rather than rejecting: it is not a fault.
  */
-export function readBody(req: IncomingMessage, encoding: BodyEncoding = 'identity'): Promise<BodyResult> {
-  const tooLarge: BodyResult = { ok: false, reason: 'too_large', message: `the body is larger than ${MAX_BODY_BYTES} bytes` };
+export function readBody(req: IncomingMessage, encoding: BodyEncoding = 'identity', maxBytes: number = MAX_BODY_BYTES): Promise<BodyResult> {
+  const tooLarge: BodyResult = { ok: false, reason: 'too_large', message: `the body is larger than ${maxBytes} bytes` };
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) return Promise.resolve(tooLarge);
+  if (Number.isFinite(declared) && declared > maxBytes) return Promise.resolve(tooLarge);
   return new Promise((resolve) => {
     let settled = false;
     const settle = (r: BodyResult) => {
@@ -41,7 +41,7 @@ export function readBody(req: IncomingMessage, encoding: BodyEncoding = 'identit
     let gunzip: Gunzip | undefined;
     const collect = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
+      if (size > maxBytes) {
         stop();
         settle(tooLarge);
         return;
@@ -51,7 +51,7 @@ export function readBody(req: IncomingMessage, encoding: BodyEncoding = 'identit
     const done = () => settle({ ok: true, text: (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)).toString('utf8') });
     const onData = (chunk: Buffer) => {
       wire += chunk.length;
-      if (wire > MAX_BODY_BYTES) {
+      if (wire > maxBytes) {
         stop();
         settle(tooLarge);
         return;

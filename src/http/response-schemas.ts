@@ -188,3 +188,63 @@ export const Health = z
       log: { lastSeq: 3000, verifiedRecords: 120, verifiedAt: '2026-11-23T06:00:00.000Z', ok: true },
     },
   });
+
+const Day = z.string().regex(/^\d{4}-\d\d-\d\d$/);
+
+export const QueryAnswer = z
+  .strictObject({
+    projectId: z.string(),
+    from: Day,
+    to: Day,
+    timezone: z.string(),
+    metrics: z.array(z.string()),
+    dimensions: z.array(z.string()),
+    results: z.array(
+      z.strictObject({
+        dimensions: z.array(z.string()).meta({ description: 'the row\'s values, in the order of `dimensions`' }),
+        metrics: z.array(z.number()).meta({ description: 'the row\'s figures, in the order of `metrics`' }),
+      }),
+    ),
+    totals: z.array(z.number()).meta({ description: 'the metrics of the selection with no dimension' }),
+    totalRows: z.number().int().min(0).meta({ description: 'rows before limit and offset' }),
+  })
+  .meta({
+    example: {
+      projectId: 'p_x', from: '2026-11-01', to: '2026-11-30', timezone: 'UTC', metrics: ['visitors', 'bounceRate'], dimensions: ['page'],
+      results: [{ dimensions: ['/pricing'], metrics: [120, 38.5] }], totals: [510, 41.2], totalRows: 37,
+    },
+  });
+
+export const FunnelAnswer = z
+  .strictObject({
+    projectId: z.string(),
+    from: Day,
+    to: Day,
+    timezone: z.string(),
+    steps: z.array(
+      z.strictObject({
+        label: z.string().meta({ description: 'the goal\'s name, event:<name> or page:<pattern>' }),
+        visits: z.number().int().min(0),
+        visitors: z.number().int().min(0),
+        conversionRate: z.number().min(0).meta({ description: 'the step\'s visits ÷ step 1\'s visits × 100, one decimal' }),
+        dropoff: z.number().int().min(0).meta({ description: 'the previous step\'s visits minus this step\'s (0 for step 1)' }),
+      }),
+    ),
+  })
+  .meta({
+    example: {
+      projectId: 'p_x', from: '2026-11-01', to: '2026-11-30', timezone: 'UTC',
+      steps: [{ label: 'page:/pricing', visits: 200, visitors: 180, conversionRate: 100, dropoff: 0 }, { label: 'Signed up', visits: 30, visitors: 29, conversionRate: 15, dropoff: 170 }],
+    },
+  });
+
+export const GoalItem = z
+  .union([
+    z.strictObject({ id: z.string(), name: z.string(), event: z.string(), created_at: z.iso.datetime() }),
+    z.strictObject({ id: z.string(), name: z.string(), page: z.string(), created_at: z.iso.datetime() }),
+  ])
+  .meta({ example: { id: 'goal_4fQ2', name: 'Signed up', event: 'signup', created_at: '2026-11-23T06:00:00.000Z' } });
+
+export const GoalList = z.strictObject({ goals: z.array(GoalItem) });
+
+export const CreatedGoal = z.strictObject({ goal: GoalItem });

@@ -1,3 +1,4 @@
+// long because every route's wire handling (bodies, CORS, headers, shutdown drain) is one class; the rules are in the engine.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { exportLine } from '../core/history-line.ts';
@@ -9,6 +10,7 @@ import {
   type EngineError,
   type ErrorCode,
   type Failure,
+  type Gate,
   type Outcome,
   type RateInfo,
   type RequestMeta,
@@ -18,6 +20,7 @@ import { serveMcp } from '../mcp/http-endpoint.ts';
 import { CONNECTION_LIMITS, ConnectionGuard, type GuardLimits, type Refusal } from '../net/connection-guard.ts';
 import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
+import { MAX_QUERY_BODY_BYTES } from '../core/query/schema.ts';
 import { openApiDocument } from './openapi.ts';
 import { checkQuery, pageQuery, type ExportQueryParams, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from './query-schemas.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
@@ -75,6 +78,8 @@ const HISTORY_ROUTE = /^\/projects\/([^/]+)\/history$/;
 const EXPORT_ROUTE = /^\/projects\/([^/]+)\/export$/;
 /** An export is written in pieces of about this size: few syscalls, little held per slow reader. */
 const EXPORT_WRITE_BYTES = 64 * 1024;
+const GOALS_ROUTE = /^\/projects\/([^/]+)\/goals$/;
+const GOAL_ROUTE = /^\/projects\/([^/]+)\/goals\/([^/]+)$/;
 /** Route templates: query schemas and metrics labels are per template (never per id: that would be unbounded). */
 const PARAM_TEMPLATES = new Map([
   [PROJECT_ROUTE, '/projects/{id}'],
@@ -82,6 +87,8 @@ const PARAM_TEMPLATES = new Map([
   [KEY_ROUTE, '/projects/{id}/keys/{keyId}'],
   [HISTORY_ROUTE, '/projects/{id}/history'],
   [EXPORT_ROUTE, '/projects/{id}/export'],
+  [GOALS_ROUTE, '/projects/{id}/goals'],
+  [GOAL_ROUTE, '/projects/{id}/goals/{goalId}'],
 ]);
 
 export function statusOf(code: ErrorCode): number {
@@ -143,13 +150,16 @@ export class HttpFace {
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
-      '/health': { GET: (_req, res) => this.health(res) },
+      '/query': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.query(meta, body)) },
+      '/query/funnel': { POST: (req, res) => this.question(req, res, (meta, body) => this.engine.funnel(meta, body)) },
+      // HEAD answers as GET (same status and headers); Node's response leaves the body out for a HEAD request.
+      '/health': { GET: (_req, res) => this.health(res), HEAD: (_req, res) => this.health(res) },
       '/mcp': {
         POST: (req, res) =>
           serveMcp({ engine: this.engine, meta: this.meta(req), req, res, readJson: () => this.readJson(req), send: (out) => this.send(res, out) }),
       },
       '/openapi.json': { GET: (_req, res) => this.sendJson(res, 200, openApiDocument(this.engine.health().version)) },
-      '/script.js': { GET: (req, res) => this.script(req, res, undefined) },
+      '/script.js': { GET: (req, res) => this.script(req, res, undefined), HEAD: (req, res) => this.script(req, res, undefined) },
     };
     this.paramRoutes = [
       [PROJECT_ROUTE, {
@@ -166,6 +176,13 @@ export class HttpFace {
       }],
       [HISTORY_ROUTE, { POST: (req, res, _url, _query, [id]) => this.history(req, res, id!) }],
       [EXPORT_ROUTE, { GET: (req, res, _url, query, [id]) => this.exportEvents(req, res, query, id!) }],
+      [GOALS_ROUTE, {
+        GET: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.listGoals(meta, id!)),
+        POST: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.createGoal(meta, id!, body)),
+      }],
+      [GOAL_ROUTE, {
+        DELETE: (req, res, _url, _query, [id, goalId]) => this.manage(req, res, (meta) => this.engine.deleteGoal(meta, id!, goalId!)),
+      }],
     ];
     this.server = createServer(
       {
@@ -232,12 +249,15 @@ export class HttpFace {
     this.started.add(socket);
     this.active.add(res);
     this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    this.guard.note(socket, 'busy');
     if (this.closing) res.setHeader('Connection', 'close');
     res.once('close', () => {
       this.active.delete(res);
       const n = (this.busy.get(socket) ?? 1) - 1;
-      if (n <= 0) this.busy.delete(socket);
-      else this.busy.set(socket, n);
+      if (n <= 0) {
+        this.busy.delete(socket);
+        this.guard.note(socket, 'idle');
+      } else this.busy.set(socket, n);
       if (this.closing) socket.destroySoon();
     });
     void this.handle(req, res);
@@ -249,7 +269,7 @@ export class HttpFace {
       this.cors(req, res);
       if (req.method === 'OPTIONS') return this.preflight(req, res, url.pathname);
       const scriptMatch = /^\/script\.([0-9a-f]{8,64})\.js$/.exec(url.pathname);
-      if (scriptMatch && req.method === 'GET') return await this.script(req, res, scriptMatch[1]!);
+      if (scriptMatch && (req.method === 'GET' || req.method === 'HEAD')) return await this.script(req, res, scriptMatch[1]!);
       let route = this.routes[url.pathname];
       let params: string[] = [];
       let endpoint = route ? url.pathname : scriptMatch ? '/script.js' : isDashboardPath(url.pathname) ? '/dashboard' : 'unknown';
@@ -423,6 +443,16 @@ export class HttpFace {
     return this.send(res, out);
   }
 
+  /** POST /query and /query/funnel: a JSON body of at most 64 KiB, behind the read gate. */
+  private async question(req: IncomingMessage, res: ServerResponse, call: (meta: RequestMeta, body: unknown) => Promise<Outcome<unknown>>): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req, MAX_QUERY_BODY_BYTES);
+    if (!body.ok) return this.refuse(req, res, meta, 'read', body);
+    const out = await call(meta, body.value);
+    if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
+    return this.send(res, out);
+  }
+
   private async createProject(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.meta(req);
     const body = await this.readJson(req);
@@ -456,17 +486,17 @@ export class HttpFace {
       res.writeHead(304).end();
       return;
     }
-    const headers: Record<string, string> = { 'Content-Type': 'application/javascript; charset=utf-8' };
-    if (/\bgzip\b/.test(req.headers['accept-encoding'] ?? '')) {
-      headers['Content-Encoding'] = 'gzip';
-      res.writeHead(200, headers).end(build.gzip);
-    } else {
-      res.writeHead(200, headers).end(build.code);
-    }
+    const headers: Record<string, string | number> = { 'Content-Type': 'application/javascript; charset=utf-8' };
+    // Content-Length is set here, not left to end(): a HEAD answer (no body) carries the same headers as GET.
+    const gzip = /\bgzip\b/.test(req.headers['accept-encoding'] ?? '');
+    const body = gzip ? build.gzip : build.code;
+    if (gzip) headers['Content-Encoding'] = 'gzip';
+    headers['Content-Length'] = Buffer.byteLength(body);
+    res.writeHead(200, headers).end(body);
   }
 
   /** Reads and parses a JSON body; a failure says what to answer once the caller has passed the gate. */
-  private async readJson(req: IncomingMessage): Promise<JsonBody> {
+  private async readJson(req: IncomingMessage, maxBytes?: number): Promise<JsonBody> {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/json' && type !== 'text/plain') {
       req.resume();
@@ -477,7 +507,7 @@ export class HttpFace {
       req.resume();
       return wireFail('unsupported_media_type', 'send the body plain or with Content-Encoding: gzip');
     }
-    const body = await readBody(req, encoding);
+    const body = await readBody(req, encoding, maxBytes);
     if (!body.ok) {
       if (body.reason === 'aborted') return { ...wireFail('invalid_request', body.message), aborted: true };
       // the rest of a body that does not inflate is unread: answer, then close the connection
@@ -501,7 +531,7 @@ export class HttpFace {
   }
 
   /** Answers a body the face could not use, after the engine's gate (401/403/429 win over a bad body). */
-  private refuse(req: IncomingMessage, res: ServerResponse, meta: RequestMeta, endpoint: 'ingest' | 'manage', body: JsonFailure): void {
+  private refuse(req: IncomingMessage, res: ServerResponse, meta: RequestMeta, endpoint: Gate, body: JsonFailure): void {
     if (body.aborted) return; // the client went away mid-body: nobody to answer
     const out = this.engine.refuse(meta, endpoint, body.error);
     if (body.tooLarge) {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
+import { FunnelBodySchema, QueryBodySchema } from '../core/query/schema.ts';
 import { CreateProjectSchema } from '../engine/project-input.ts';
 import { failure, type AnalyticsEngine, type KeyIdentity, type Outcome, type RequestMeta } from '../engine/types.ts';
 import { pageQuery, QUERY_SCHEMAS } from '../http/query-schemas.ts';
@@ -76,6 +77,39 @@ export const TOOLS: readonly ToolDefinition[] = [
       const q = parseQuery(RealtimeQuerySchema, args);
       if (!q.ok) return q;
       return engine.realtime(meta, q.value);
+    },
+  },
+  {
+    name: 'query',
+    title: 'Ask a question',
+    description:
+      'Any question over the project\'s events, the same JSON as POST /query: `metrics` (1-10 of visitors, visits, pageviews, ' +
+      'events, bounceRate, viewsPerVisit, visitDuration, conversionRate), `dimensions` (0-3 of source, utmMedium, utmCampaign, ' +
+      'country, device, browser, os, entryPage, exitPage, page, event, goal, prop:<eventParams key>, and one of time:hour, ' +
+      'time:day, time:week, time:month), `filters` ([operator, dimension, [values]] with is, isNot, contains, notContains), ' +
+      '`orderBy`, `limit`, `offset`, and the range as `date` or `from`/`to` (YYYY-MM-DD, ≤ 366 days). conversionRate needs a ' +
+      'goal dimension or goal filter. Answers rows of dimension values and metric values, totals and totalRows. Admin keys ' +
+      'name the project with `projectId`.',
+    input: QueryBodySchema,
+    kinds: ['admin', 'secret', 'read'],
+    readOnly: true,
+    call(engine, meta, args) {
+      return engine.query(meta, args);
+    },
+  },
+  {
+    name: 'funnel',
+    title: 'Measure a funnel',
+    description:
+      'Visits that go through 2 to 8 steps in order, the same JSON as POST /query/funnel: `steps` (each a goal\'s name, ' +
+      '{"event": name} or {"page": "/pattern"} where * matches any run), optional `filters` on visit-level dimensions, and the ' +
+      'range as `date` or `from`/`to`. Answers each step\'s visits, visitors, conversionRate (% of step 1) and dropoff. ' +
+      'Admin keys name the project with `projectId`.',
+    input: FunnelBodySchema,
+    kinds: ['admin', 'secret', 'read'],
+    readOnly: true,
+    call(engine, meta, args) {
+      return engine.funnel(meta, args);
     },
   },
   {

@@ -3,7 +3,9 @@ import type { Socket } from 'node:net';
 /**
  * Every TCP connection a face accepts passes here first: a cap on open connections per client IP and in all, and a
  * deadline for the connection to prove it is a client (HTTP: headers of its first request; gRPC: the HTTP/2
- * preface). Node closes neither a connection that never sends a byte (http's headersTimeout only starts with a
+ * preface). At the total cap a newcomer is not refused while some connection is doing nothing: the one silent
+ * longest since accept is closed to make room, else the one idle longest between requests. Refusing instead would let
+ * a few addresses, each under its own cap, hold the port shut by reconnecting as fast as the deadline closes them. Node closes neither a connection that never sends a byte (http's headersTimeout only starts with a
  * request; grpc-js has no handshake deadline), so without this 20,000 silent sockets exhaust the fds and every
  * new client fails. The guard also knows every open socket, so shutdown can close what is left at its deadline.
  * Admitted sockets get TCP_NODELAY, as node:http's own listener gives them (the faces listen through their own
@@ -35,13 +37,21 @@ export interface GuardLimits {
 
 export type Refusal = 'too_many_connections' | 'too_many_from_ip';
 
+/** What a face tells the guard about a connection after admitting it, so the guard knows which ones it may close. */
+export type Activity = 'busy' | 'idle';
+
 export class ConnectionGuard {
   readonly open = new Set<Socket>();
   private readonly perIp = new Map<string, number>();
-  /** admitted, refused and timed-out connections since start (for health and tests) */
+  /** open connections that have not started a request yet, oldest first (a Set keeps insertion order) */
+  private readonly silent = new Set<Socket>();
+  /** open connections between requests, idle longest first */
+  private readonly waiting = new Set<Socket>();
+  /** admitted, refused, timed-out and evicted (closed to make room) connections since start (for health and tests) */
   admitted = 0;
   refused = 0;
   timedOut = 0;
+  evicted = 0;
 
   constructor(
     private readonly limits: GuardLimits,
@@ -56,11 +66,12 @@ export class ConnectionGuard {
   admit(socket: Socket, proved: (socket: Socket) => boolean): boolean {
     const ip = socket.remoteAddress ?? '';
     const fromIp = this.perIp.get(ip) ?? 0;
+    // the per-address cap first: an address at its cap must not make room for itself by closing someone else's
     const why: Refusal | undefined =
-      this.open.size >= this.limits.maxOpen
-        ? 'too_many_connections'
-        : this.limits.maxPerIp > 0 && fromIp >= this.limits.maxPerIp
-          ? 'too_many_from_ip'
+      this.limits.maxPerIp > 0 && fromIp >= this.limits.maxPerIp
+        ? 'too_many_from_ip'
+        : this.open.size >= this.limits.maxOpen && !this.evictOne()
+          ? 'too_many_connections'
           : undefined;
     if (why) {
       this.refused++;
@@ -79,6 +90,7 @@ export class ConnectionGuard {
     // (up to 40 ms on Linux) before its second piece leaves
     socket.setNoDelay(true);
     this.open.add(socket);
+    this.silent.add(socket);
     this.perIp.set(ip, fromIp + 1);
     const timer = setTimeout(() => {
       if (!socket.destroyed && !proved(socket)) {
@@ -89,12 +101,46 @@ export class ConnectionGuard {
     timer.unref();
     socket.once('close', () => {
       clearTimeout(timer);
-      this.open.delete(socket);
-      const n = (this.perIp.get(ip) ?? 1) - 1;
-      if (n <= 0) this.perIp.delete(ip);
-      else this.perIp.set(ip, n);
+      this.release(socket, ip);
     });
     return true;
+  }
+
+  /**
+   * A face's word on an admitted connection: 'busy' when a request (or an HTTP/2 session) starts, which the guard
+   * never closes to make room; 'idle' when the connection waits for its next request, which makes it the newest
+   * candidate after every silent one.
+   */
+  note(socket: Socket, activity: Activity): void {
+    if (!this.open.has(socket)) return;
+    this.silent.delete(socket);
+    this.waiting.delete(socket);
+    if (activity === 'idle') this.waiting.add(socket);
+  }
+
+  /** Closes the connection that has done nothing for longest, silent ones first; false if every one is busy. */
+  private evictOne(): boolean {
+    for (const pool of [this.silent, this.waiting]) {
+      const oldest = pool.values().next();
+      if (oldest.done) continue;
+      const socket = oldest.value;
+      // counted free now: the close event comes a tick later, after the newcomer has taken the place
+      this.release(socket, socket.remoteAddress ?? '');
+      if (socket.destroyed) return true; // already closing (its deadline passed this tick): its place is free anyway
+      this.evicted++;
+      socket.destroy();
+      return true;
+    }
+    return false;
+  }
+
+  private release(socket: Socket, ip: string): void {
+    if (!this.open.delete(socket)) return;
+    this.silent.delete(socket);
+    this.waiting.delete(socket);
+    const n = (this.perIp.get(ip) ?? 1) - 1;
+    if (n <= 0) this.perIp.delete(ip);
+    else this.perIp.set(ip, n);
   }
 
   /** Destroys every open connection `keep` does not claim (shutdown). */

@@ -1,12 +1,14 @@
-import { mkdirSync, renameSync, rmSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
+import { holdDataDir, releaseDataDir } from './data-dir-lock.ts';
 import { HistoryIds } from './history-ids.ts';
-import { RememberedIds, type IdKey } from './remembered-ids.ts';
+import { RememberedIds, type IdKey, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
+import type { Goal } from '../core/query/types.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
@@ -32,6 +34,8 @@ export interface ProjectRecord {
   rate?: { perKey?: number; burstPerKey?: number; perIp?: number; burstPerIp?: number };
   /** eventParams keys counted per value (PATCH or create) */
   trackedProps?: string[];
+  /** the project's goals (POST /projects/{id}/goals), kept with the project so both catalogs store them and a delete erases them */
+  goals?: Goal[];
 }
 
 export type KeyKind = 'admin' | 'secret' | 'publishable' | 'read';
@@ -101,14 +105,20 @@ function commitFailure(err: unknown): Error {
  * promises we await, so these are noise; anything else still ends the process as Node would.
  */
 let lmdbRejectionsContained = false;
-function containLmdbRejections(log: (line: string) => void): void {
+function containLmdbRejections(): void {
   if (lmdbRejectionsContained) return;
   lmdbRejectionsContained = true;
+  // lmdb-js prints a failed commit's error itself (a stack per failure, `Input/output error` on a full disk) and
+  // rejects the commit's promise with it too: the caller's one line is the report.
+  const printError = console.error.bind(console);
+  console.error = (...args: unknown[]) => {
+    if (args.length === 1 && args[0] instanceof Error && /[\\/]lmdb[\\/]write\.js/.test(args[0].stack ?? '')) return;
+    printError(...args);
+  };
   process.on('unhandledRejection', (reason) => {
     const stack = reason instanceof Error ? (reason.stack ?? '') : '';
     if (/[\\/]lmdb[\\/]write\.js/.test(stack)) {
-      log(`storage write failed (already reported to its caller): ${(reason as Error).message}`);
-      return;
+      return; // the same failure as the commit we await: its caller logs it once per episode, not once per stray write
     }
     throw reason;
   });
@@ -282,6 +292,22 @@ function readVarint(e: Buffer, at: number, seq: number): number {
 const ENTRY_RECORDS = 256;
 
 /** The log cannot be trusted from `seq` on. */
+/** Free space health asks for: more than one append of the biggest batch (500 events, ~250 KB stored). */
+const SPACE_PROBE_BYTES = 1024 * 1024;
+/** Incompressible, so a compressing filesystem must find the space too. */
+const SPACE_PROBE = Buffer.allocUnsafe(SPACE_PROBE_BYTES);
+for (let i = 0, x = 2463534242; i < SPACE_PROBE_BYTES; i++) {
+  x ^= x << 13;
+  x ^= x >>> 17;
+  x ^= x << 5;
+  SPACE_PROBE[i] = x & 0xff;
+}
+
+/** Receive times may step back by this much (a clock correction) when the log is searched by receive time. */
+const RECEIVE_CLOCK_SLACK_MS = 3_600_000;
+/** A bisection probe gives up on a run of erased records this long and treats its spot as inside the window. */
+const BISECT_SKIP_ERASED = 10_000;
+
 export class LogDamage extends Error {
   constructor(
     readonly seq: number,
@@ -313,6 +339,8 @@ export class LogStore {
   private meta!: Database<unknown, string>;
   /** [project, eventId] -> receive time, written with the events (see remembered-ids.ts) */
   private eventIds!: Database<number, IdKey>;
+  /** the same table as stored bytes (keys and values), so one damaged record is named and skipped, not fatal */
+  private eventIdsRaw!: Database<Buffer, Buffer>;
   /** opened once; given the new handles when a compaction reopens the environment */
   private rememberedIds: RememberedIds | undefined;
   /** [project, eventId] -> 1 for history, kept for good (see history-ids.ts) */
@@ -336,6 +364,8 @@ export class LogStore {
   private readonly dicts = new Map<number, Dictionary>();
   /** where entries are decompressed to be decoded at once (see rawPayload) */
   private scratch = Buffer.allocUnsafeSlow(64 * 1024);
+  /** the writer's hold on the data directory (see data-dir-lock.ts), released by close */
+  private hold: string | undefined;
 
   private constructor(
     dataDir: string,
@@ -367,23 +397,33 @@ export class LogStore {
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
+    this.eventIdsRaw = this.root.openDB<Buffer, Buffer>({ name: 'event_ids', encoding: 'binary', keyEncoding: 'binary' });
     this.historyIdsDb = this.root.openDB<number, IdKey>({ name: 'history_ids' });
     this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
     this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
     this.dicts.clear();
-    this.rememberedIds?.reopen(this.eventIds);
+    this.rememberedIds?.reopen(this.eventIds, this.eventIdsRaw);
     this.historyIds?.reopen(this.historyIdsDb);
     this.sealedStore?.reopen(this.root);
   }
 
   /**
    * `readOnly` opens an existing data directory for tools (export, check, backup) while the service may be running.
-   * `log` receives storage write failures lmdb-js reports on its own (see containLmdbRejections).
+   * `log` is kept for callers; failures lmdb-js reports on its own are contained (see containLmdbRejections) and
+   * reported once by whoever awaits the write.
    * `writeFormat: 2` writes entries as the previous release did (for tests that a log of that release is read).
    */
   static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
-    containLmdbRejections(opts.log ?? (() => {}));
-    return new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
+    containLmdbRejections();
+    const hold = opts.readOnly === true ? undefined : holdDataDir(dataDir); // one writing process per data directory
+    try {
+      const store = new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
+      store.hold = hold;
+      return store;
+    } catch (err) {
+      if (hold !== undefined) releaseDataDir(hold);
+      throw err;
+    }
   }
 
   /** Sequence number of the newest record in the log (0 when empty). */
@@ -569,9 +609,10 @@ export class LogStore {
   /**
    * Records after `afterSeq`, in order, each entry verified as it is read: its checksum, and that it starts where the
    * previous one ended (or where the log starts: 1, or the retention marker `logStart`). The first problem throws a
-   * LogDamage naming the first sequence that cannot be trusted; `verified` counts what passed.
+   * LogDamage naming the first sequence that cannot be trusted; `verified` counts what passed (unless `countVerified`
+   * is false: background readers, whose reads are not the startup verification health reports).
    */
-  *readAfter(afterSeq: number): Generator<{ seq: number; record: LogRecord }> {
+  *readAfter(afterSeq: number, countVerified = true): Generator<{ seq: number; record: LogRecord }> {
     // the entry holding afterSeq + 1 starts at or before it
     // (never below the log's start: entries a crashed retention cut left there are not part of the log)
     const logStart = this.logStart();
@@ -586,13 +627,45 @@ export class LogStore {
       }
       const { count, records, entry } = this.entryRecords(key, value);
       expected = key + count;
-      if (entry) this.verified += count;
+      if (entry && countVerified) this.verified += count;
       if (records === undefined) {
         // an erased batch: its sequences stay (as ERASED markers, so a fold moves past them), its records are gone
         for (let i = 0; i < count; i++) if (key + i > afterSeq) yield { seq: key + i, record: ERASED };
         continue;
       }
       for (let i = 0; i < records.length; i++) if (key + i > afterSeq) yield { seq: key + i, record: records[i]! };
+    }
+  }
+
+  /**
+   * Every record from where events received at or after `since` begin, in log order, with its eventId when it has one, from the log itself (the truth the remembered
+   * table is checked against). The start is found by bisecting on receive time, less RECEIVE_CLOCK_SLACK_MS (receive
+   * times follow the clock, which may step back a little).
+   */
+  *eventIdsSince(since: number, afterSeq?: number): Generator<LoggedId> {
+    const firstRt = (seq: number): number | undefined => {
+      let n = 0;
+      for (const { record } of this.readAfter(seq - 1, false)) {
+        if (record.t !== 'x') return record.rt;
+        if (++n >= BISECT_SKIP_ERASED) return undefined;
+      }
+      return undefined;
+    };
+    let lo = this.logStart();
+    if (afterSeq !== undefined) lo = afterSeq + 1;
+    else {
+      let hi = this.lastSeq() + 1;
+      while (lo < hi) {
+        const mid = Math.floor((lo + hi) / 2);
+        const rt = firstRt(mid);
+        if (rt !== undefined && rt < since - RECEIVE_CLOCK_SLACK_MS) lo = mid + 1;
+        else hi = mid;
+      }
+    }
+    for (const { seq, record } of this.readAfter(lo - 1, false)) {
+      // every record is yielded (id or not), so a caller can slice its pass by sequence
+      // history ids are kept for good in history_ids, not in the 48-hour table
+      yield { seq, id: record.t === 'e' && record.eventId !== undefined && record.h !== 1 && record.rt >= since ? { p: record.p, eventId: record.eventId, rt: record.rt } : undefined };
     }
   }
 
@@ -983,9 +1056,39 @@ export class LogStore {
     }
   }
 
+  /**
+   * Writes and removes SPACE_PROBE_BYTES beside the environment; throws (ENOSPC) when the device is full. LMDB reuses
+   * pages freed by earlier transactions, so its own small probe write succeeds on a full disk while an append that
+   * needs new pages fails: health must ask for space itself.
+   */
+  probeSpace(): void {
+    const file = path.join(path.dirname(this.file), '.space-check');
+    try {
+      writeFileSync(file, SPACE_PROBE);
+    } finally {
+      rmSync(file, { force: true });
+    }
+  }
+
+  /**
+   * One line for a failed write: LMDB reports a short write on a full disk as `Input/output error`, so the space
+   * probe says whether the device is full.
+   */
+  describeWriteFailure(err: unknown): string {
+    const said = err instanceof Error ? err.message : String(err);
+    try {
+      this.probeSpace();
+    } catch (space) {
+      const code = (space as { code?: string }).code;
+      if (code === 'ENOSPC' || code === 'EDQUOT') return `no space left on the device holding ${path.dirname(this.file)} (${code}; LMDB said: ${said})`;
+      return `${said} (${this.file}; and ${(space as Error).message})`;
+    }
+    return `${said} (${this.file})`;
+  }
+
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
-    return (this.rememberedIds ??= new RememberedIds(this.eventIds, () => this.gate));
+    return (this.rememberedIds ??= new RememberedIds(this.eventIds, this.eventIdsRaw, () => this.gate, (since, after) => this.eventIdsSince(since, after), this.file));
   }
 
   /** The eventIds of history, kept for good (see history-ids.ts). */
@@ -999,6 +1102,11 @@ export class LogStore {
   }
 
   async close(): Promise<void> {
-    await this.root.close();
+    try {
+      await this.root.close();
+    } finally {
+      if (this.hold !== undefined) releaseDataDir(this.hold);
+      this.hold = undefined;
+    }
   }
 }

@@ -1,3 +1,4 @@
+import * as lmdb from 'lmdb';
 import type { Database } from 'lmdb';
 import { hash53 } from '../core/hash.ts';
 import { DEDUP_WINDOW_MS } from '../core/limits.ts';
@@ -14,8 +15,29 @@ import type { LogRecord } from '../core/types.ts';
 
 /** Ids removed per expiry slice: keeps each slice a few ms, yielding to requests between slices. */
 const EXPIRE_SLICE = 10_000;
+/** Log records checked per slice of the startup check against the log: a few ms each, requests run between. */
+const LOG_CHECK_SLICE = 20_000;
+/** Damaged records named one by one in the log before the rest are only counted. */
+const DAMAGE_NAMED = 5;
 
 export type IdKey = [string, string];
+
+/** lmdb's own key decoder (exported, not in its typings): a stored key's bytes back to [project, eventId]. */
+const bufferToKeyValue = (lmdb as unknown as { bufferToKeyValue(b: Buffer): unknown }).bufferToKeyValue;
+
+/** A log record as the startup check reads it: its sequence, and its eventId when it carries one inside the window. */
+export interface LoggedId {
+  seq: number;
+  id: { p: string; eventId: string; rt: number } | undefined;
+}
+
+/** One stored record read as bytes: its key and receive time, or why it cannot be used. */
+interface StoredId {
+  raw: Buffer;
+  key: IdKey | undefined;
+  rt: number;
+  problem: string | undefined;
+}
 
 export class RememberedIds {
   private table = new NumberCounts();
@@ -24,28 +46,124 @@ export class RememberedIds {
   /** set by stop(): background passes end at their next slice */
   private stopped = false;
   private running: Promise<unknown> = Promise.resolve();
+  /** set while the startup check against the log runs after damaged records were found: writes wait for it */
+  private repairing: Promise<void> | undefined;
+  /** damaged records met by the passes so far (named in the log by start) */
+  private damaged: string[] = [];
+  private damagedCount = 0;
 
-  /** `gate`: set while the environment is being compacted; a write waits for it (see SealedStore). */
+  /**
+   * `raw`: the same table as bytes, so a damaged record is skipped and named instead of ending a pass.
+   * `gate`: set while the environment is being compacted; a write waits for it (see SealedStore).
+   * `fromLog`: the log's records from where the window starts (see LogStore.eventIdsSince); `file` names the store.
+   */
   constructor(
     private db: Database<number, IdKey>,
+    private raw: Database<Buffer, Buffer>,
     private readonly gate: () => Promise<void> | undefined = () => undefined,
+    private readonly fromLog: (since: number, afterSeq?: number) => Iterable<LoggedId> = () => [],
+    private readonly file = 'analytics.lmdb',
   ) {}
 
-  /** The environment was reopened (after a compaction): use its handle. */
-  reopen(db: Database<number, IdKey>): void {
+  /** The environment was reopened (after a compaction): use its handles. */
+  reopen(db: Database<number, IdKey>, raw: Database<Buffer, Buffer>): void {
     this.db = db;
+    this.raw = raw;
   }
 
   /**
    * Startup: drops expired ids and fills the table from LMDB in slices, in the background, so starting does not wait
-   * for a scan of 48 hours of ids (nor map every page of the file at once); until then lookups ask LMDB.
+   * for a scan of 48 hours of ids (nor map every page of the file at once); until then lookups ask LMDB. Then the
+   * table is checked against the log's last 48 hours (the log holds every eventId it stored) and what is missing,
+   * damaged or lost, is written again; when damaged records were found, writes wait for that check (`settled`).
    */
-  async start(now: number): Promise<void> {
+  async start(now: number, log: (line: string) => void = () => {}): Promise<void> {
     this.ready = false;
     try {
       await this.expire(now, true);
+      const damaged = this.damagedCount;
+      if (damaged > 0) {
+        log(
+          `remembered eventIds: ${damaged} damaged record(s) in ${this.file} (table event_ids) skipped: ${this.damaged.join('; ')}` +
+            `${damaged > this.damaged.length ? `; ${damaged - this.damaged.length} more` : ''}; rebuilding the table from the log's last 48 h`,
+        );
+      }
+      const check = this.checkWithLog(now);
+      if (damaged > 0) this.repairing = check.then(() => {}, () => {});
+      const { rebuilt, records } = await check;
+      if (damaged > 0 || rebuilt > 0) log(`remembered eventIds: checked against ${records} log records of the last 48 h; ${rebuilt} missing id(s) rebuilt from the log`);
+    } catch (err) {
+      log(`remembered eventIds: ${err instanceof Error ? err.message : String(err)} (in ${this.file}); eventIds are looked up in the store one by one`);
     } finally {
       this.ready = true;
+      this.repairing = undefined;
+    }
+  }
+
+  /** While damaged remembered ids are being rebuilt from the log, a write waits for it (it might be a resend). */
+  settled(): Promise<void> | undefined {
+    return this.repairing;
+  }
+
+  /** Writes to LMDB (and the table) every eventId of the log's window that the table lacks. */
+  private async checkWithLog(now: number): Promise<{ rebuilt: number; records: number }> {
+    const since = now - DEDUP_WINDOW_MS;
+    let rebuilt = 0;
+    let records = 0;
+    let after: number | undefined;
+    for (;;) {
+      const missing: Array<{ p: string; eventId: string; rt: number }> = [];
+      let n = 0;
+      for (const { seq, id } of this.fromLog(since, after)) {
+        after = seq;
+        if (id && this.table.get(hash53(`${id.p}\u0000${id.eventId}`)) < 0) missing.push(id);
+        if (++n >= LOG_CHECK_SLICE) break;
+      }
+      records += n;
+      if (missing.length > 0) {
+        for (let g = this.gate(); g; g = this.gate()) await g;
+        await this.db.transaction(() => {
+          for (const m of missing) this.db.putSync([m.p, m.eventId], m.rt);
+        });
+        for (const m of missing) this.remember(m.p, m.eventId, m.rt);
+        rebuilt += missing.length;
+      }
+      if (n < LOG_CHECK_SLICE || this.stopped) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return { rebuilt, records };
+  }
+
+  /** Records from `start` on, as bytes, each decoded on its own: a damaged one carries its problem. */
+  private *stored(start: Buffer | undefined): Generator<StoredId> {
+    for (const { key, value } of this.raw.getRange(start ? { start } : {})) {
+      const raw = Buffer.from(key);
+      let k: unknown;
+      let rt: unknown;
+      let problem: string | undefined;
+      try {
+        k = bufferToKeyValue(raw);
+        rt = (this.db as unknown as { encoder: { decode(b: Buffer): unknown } }).encoder.decode(value);
+      } catch (err) {
+        problem = err instanceof Error ? err.message : String(err);
+      }
+      const keyOk = Array.isArray(k) && k.length === 2 && typeof k[0] === 'string' && typeof k[1] === 'string';
+      if (!problem && !keyOk) problem = 'its key is not a [project, eventId] pair';
+      if (!problem && (typeof rt !== 'number' || !Number.isFinite(rt))) problem = 'its receive time is not a number';
+      if (problem) {
+        if (this.damaged.length < DAMAGE_NAMED) this.damaged.push(`key bytes ${raw.subarray(0, 48).toString('hex')}: ${problem}`);
+        this.damagedCount++;
+        yield { raw, key: undefined, rt: Number.NaN, problem };
+      } else yield { raw, key: k as IdKey, rt: rt as number, problem: undefined };
+    }
+  }
+
+  /** The receive time stored for this id; a record that no longer decodes counts as just seen (never count twice). */
+  private storedAt(projectId: string, eventId: string, now: number): number | undefined {
+    try {
+      return this.db.get([projectId, eventId]);
+    } catch {
+      return now;
     }
   }
 
@@ -58,8 +176,8 @@ export class RememberedIds {
   /** Fills the table from LMDB at once: only ids still inside the window at `now`. */
   load(now: number): number {
     const table = new NumberCounts((this.db.getStats() as { entryCount: number }).entryCount);
-    for (const { key, value } of this.db.getRange()) {
-      if (now - value < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(value / 1000));
+    for (const { key, rt } of this.stored(undefined)) {
+      if (key && now - rt < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
     }
     this.table = table;
     return table.size;
@@ -82,12 +200,12 @@ export class RememberedIds {
   /** Was `eventId` stored for the project within the de-duplication window at `now`? */
   has(projectId: string, eventId: string, now: number): boolean {
     if (!this.ready) {
-      const rt = this.db.get([projectId, eventId]);
+      const rt = this.storedAt(projectId, eventId, now);
       return rt !== undefined && now - rt < DEDUP_WINDOW_MS;
     }
     const seconds = this.table.get(hash53(`${projectId}\u0000${eventId}`));
     if (seconds < 0 || now - seconds * 1000 >= DEDUP_WINDOW_MS + 1000) return false;
-    const rt = this.db.get([projectId, eventId]);
+    const rt = this.storedAt(projectId, eventId, now);
     return rt !== undefined && now - rt < DEDUP_WINDOW_MS;
   }
 
@@ -112,20 +230,21 @@ export class RememberedIds {
 
   private async expirePass(now: number, rebuild: boolean): Promise<number> {
     let removed = 0;
-    let start: IdKey | undefined;
+    let start: Buffer | undefined;
     for (;;) {
-      const dead: IdKey[] = [];
-      let last: IdKey | undefined;
+      // expired ids go, and so do damaged records (they answer nothing; the log check puts their ids back)
+      const dead: Buffer[] = [];
+      let last: Buffer | undefined;
       let seen = 0;
-      for (const { key, value } of this.db.getRange(start ? { start } : {})) {
+      for (const { raw, rt, problem } of this.stored(start)) {
         if (seen++ >= EXPIRE_SLICE) break;
-        last = key;
-        if (now - value >= DEDUP_WINDOW_MS) dead.push(key);
+        last = raw;
+        if (problem || now - rt >= DEDUP_WINDOW_MS) dead.push(raw);
       }
       if (dead.length > 0) {
         for (let g = this.gate(); g; g = this.gate()) await g;
-        await this.db.transaction(() => {
-          for (const k of dead) void this.db.remove(k);
+        await this.raw.transaction(() => {
+          for (const k of dead) this.raw.removeSync(k);
         });
       }
       removed += dead.length;
@@ -140,14 +259,14 @@ export class RememberedIds {
   private async rebuild(now: number): Promise<void> {
     const table = new NumberCounts();
     // Slice by key like expire(): no read transaction is held across turns.
-    let start: IdKey | undefined;
+    let start: Buffer | undefined;
     for (;;) {
       let seen = 0;
-      let last: IdKey | undefined;
-      for (const { key, value } of this.db.getRange(start ? { start } : {})) {
+      let last: Buffer | undefined;
+      for (const { raw, key, rt } of this.stored(start)) {
         if (seen++ >= EXPIRE_SLICE) break;
-        last = key;
-        if (now - value < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(value / 1000));
+        last = raw;
+        if (key && now - rt < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
       }
       if (seen <= EXPIRE_SLICE || !last) break;
       if (this.stopped) return; // keep the table we have

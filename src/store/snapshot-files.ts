@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
@@ -68,7 +68,7 @@ export class SnapshotFiles {
         else if ('key' in d) {
           if (d.bytes) own(d.bytes);
         } else if ('sessions' in d) {
-          transfer.push(d.sessions.keys.buffer as ArrayBuffer, d.sessions.values.buffer as ArrayBuffer, d.users.keys.buffer as ArrayBuffer);
+          for (const t of [d.sessions.keys, d.sessions.values, d.users.keys, d.users.values, d.visits.keys, d.visits.visitors, d.visits.firsts]) transfer.push(t.buffer as ArrayBuffer);
         }
       }
     }
@@ -178,6 +178,12 @@ export class SnapshotFiles {
     return first === undefined ? 0 : Number(NAME.exec(first)![1]);
   }
 
+  /** Size of the newest snapshot file (0: none yet); what the operator gauge shows from the start. */
+  newestBytes(): number {
+    const newest = this.files().at(-1);
+    return newest === undefined ? 0 : statSync(path.join(this.dir, newest)).size;
+  }
+
   files(): string[] {
     return readdirSync(this.dir).filter((f) => NAME.test(f)).sort();
   }
@@ -200,7 +206,12 @@ class FrameReader {
   /** file offset of buf[0] */
   private base = 0;
 
-  constructor(private readonly fd: number) {}
+  /** the file's length: a frame length read from damaged bytes must not become a read (or a buffer) past it */
+  private readonly size: number;
+
+  constructor(private readonly fd: number) {
+    this.size = fstatSync(fd).size;
+  }
 
   /** The file offset of the next byte read. */
   get position(): number {
@@ -209,6 +220,9 @@ class FrameReader {
 
   /** The next `n` bytes (a view valid until the next call). */
   read(n: number): Buffer {
+    if (this.position + n > this.size) {
+      throw new Error(`damaged: ${n} bytes are asked for at byte ${this.position}, but the file ends at byte ${this.size} (a damaged frame length, or a file cut short)`);
+    }
     if (this.end - this.start < n) this.fill(n);
     const out = this.buf.subarray(this.start, this.start + n);
     this.start += n;

@@ -82,21 +82,22 @@ export function registerExport(program: Command): void {
         .description('daily aggregates (date, users, sessions, pageviews, bounce_rate) or, with --raw, the stored events (what import reads), to stdout')
         .requiredOption('--project <id>', 'project id')
         .requiredOption('--from <date>', 'first day, YYYY-MM-DD', date)
-        .requiredOption('--to <date>', 'last day, YYYY-MM-DD', date)
+        .option('--to <date>', 'last day, YYYY-MM-DD (default: today, UTC)', date)
         .addOption(new Option('--format <format>', 'output format').choices(['csv', 'ndjson']).default('csv'))
         .option('--raw', 'the stored events instead of daily aggregates: through the service (--url/--key), or from --data-dir'),
     ),
-  ).action(async (opts: Opts) => {
-    if (opts.from > opts.to) throw new CliError(`--from ${opts.from} is after --to ${opts.to}`);
+  ).action(async (opts: Omit<Opts, 'to'> & { to?: string }) => {
+    const to = opts.to ?? new Date().toISOString().slice(0, 10);
+    if (opts.from > to) throw new CliError(`--from ${opts.from} is after --to ${to}`);
     if (opts.format === 'csv') await write(stringify([opts.raw ? [...RAW_COLUMNS] : [...DAILY_COLUMNS]]));
     if (opts.raw) {
       // --data-dir reads the directory; otherwise a service URL (--url or $ANALYTICS_URL) goes through the endpoint.
-      if (opts.dataDir === undefined && (opts.url !== undefined || loadCliEnv().url !== undefined)) return remoteRaw(opts);
+      if (opts.dataDir === undefined && (opts.url !== undefined || loadCliEnv().url !== undefined)) return remoteRaw({ ...opts, to });
       const dir = resolveDataDir(opts);
       let bar: ReturnType<typeof progress> | undefined;
       let out = '';
       await onDataDir(async () => {
-        for await (const e of rawEvents(dir, opts.project, opts.from, opts.to, (done, total) => {
+        for await (const e of rawEvents(dir, opts.project, opts.from, to, (done, total) => {
           bar ??= progress('export', total);
           bar.update(done);
         })) {
@@ -114,8 +115,8 @@ export function registerExport(program: Command): void {
     const api = new Remote(opts);
     // Admin keys name the project; a project key reads its own (naming another is refused by the service).
     const isProjectKey = !api.isAdminKey;
-    for (let start = opts.from; start <= opts.to; start = addDays(start, MAX_RANGE_DAYS)) {
-      const end = [addDays(start, MAX_RANGE_DAYS - 1), opts.to].sort()[0]!;
+    for (let start = opts.from; start <= to; start = addDays(start, MAX_RANGE_DAYS)) {
+      const end = [addDays(start, MAX_RANGE_DAYS - 1), to].sort()[0]!;
       const q = `/metrics?from=${start}&to=${end}${isProjectKey ? '' : `&projectId=${encodeURIComponent(opts.project)}`}`;
       const m: { daily: Array<{ date: string; users: number; sessions: number; pageviews: number; bounceRate: string }> } = await api.call('GET', q);
       for (const d of m.daily) {

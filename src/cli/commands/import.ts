@@ -151,9 +151,11 @@ export function registerImport(program: Command): void {
     program
       .command('import')
       .description('send the events of an NDJSON or CSV file through POST /projects/{id}/history; re-runs count nothing twice')
-      .requiredOption('--project <id>', 'project id (the key: its sk_ key, or an admin key)')
+      .requiredOption('--project <id>', 'project id')
       .addOption(new Option('--format <format>', 'input format (default: by the file name, else by its first character)').choices(['ndjson', 'csv']))
       .argument('<file>', 'NDJSON or CSV file, or - for stdin'),
+    // The history route is a project-management call: an admin key or the project's own secret key.
+    'the project\'s sk_ key or an ak_ admin key (POST /projects/{id}/history takes both; pk_ and rk_ are refused)',
   ).action(async (file: string, opts: RemoteOptions & { project: string; format?: 'ndjson' | 'csv' }) => {
     const api = new Remote(opts);
     let input: Readable;

@@ -6,6 +6,7 @@ import { registerKeys } from './keys.ts';
 import { registerCheck, registerRebuild } from './maintenance.ts';
 import { registerMcp } from './mcp.ts';
 import { registerProjects } from './projects.ts';
+import { registerQuery } from './query.ts';
 import { registerRepair } from './repair.ts';
 import { registerServe } from './serve.ts';
 
@@ -14,6 +15,7 @@ export const commands: Array<(program: Command) => void> = [
   registerServe,
   registerProjects,
   registerKeys,
+  registerQuery,
   registerExport,
   registerImport,
   registerRebuild,

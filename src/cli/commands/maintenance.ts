@@ -31,7 +31,7 @@ export function registerRebuild(program: Command): void {
     const dir = resolveDataDir(opts);
     const p = phases(false);
     const out = await onDataDir(() => rebuild(dir, p.onProgress)).finally(() => p.stop());
-    print(opts.json, out, () => `rebuilt ${out.projects} projects from ${out.records} log entries in ${out.ms} ms; ${out.sealedDays} sealed day(s); snapshot ${out.snapshot}`);
+    print(opts.json, out, () => `rebuilt ${out.projects} projects from ${out.records} log entries in ${out.ms} ms; ${out.sealedDays} sealed day(s); ${out.columnEvents} events in the column store; snapshot ${out.snapshot}`);
   });
 }
 
@@ -47,7 +47,7 @@ export function registerCheck(program: Command): void {
     const out = await onDataDir(() => check(dir, p.onProgress)).finally(() => p.stop());
     print(opts.json, out, () =>
       out.ok
-        ? `ok: ${out.logEntries} log entries in sequence, ${out.snapshots} snapshot(s) verified, ${out.sealedDays} sealed day(s) and ${out.sealedMonths} month rollup(s) consistent`
+        ? `ok: ${out.logEntries} log entries in sequence, ${out.snapshots} snapshot(s) verified, ${out.sealedDays} sealed day(s) and ${out.sealedMonths} month rollup(s) consistent, ${out.columnSegments} column segment(s) verified`
         : `${out.problems.length} problem(s):\n${out.problems.map((x) => `  - ${x}`).join('\n')}`,
     );
     if (!out.ok) throw new CliError(`check found ${out.problems.length} problem(s) in ${dir}`);

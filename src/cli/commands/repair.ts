@@ -2,6 +2,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { rebuild } from '../../engine/maintenance.ts';
+import { assertEnvironmentSound, assertWritable } from '../../store/lmdb-probe.ts';
 import { LogDamage, LogStore } from '../../store/log-store.ts';
 import { SnapshotFiles } from '../../store/snapshot-files.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
@@ -36,6 +37,8 @@ export interface RepairResult {
 export async function repair(dataDir: string, now = new Date()): Promise<RepairResult> {
   const file = path.join(dataDir, 'analytics.lmdb');
   if (!existsSync(file)) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  assertWritable(dataDir);
+  assertEnvironmentSound(dataDir);
   let store = LogStore.open(dataDir, 'flush');
   let damage: LogDamage | undefined;
   try {

@@ -39,7 +39,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file analytics/v1/analytics.proto.
  */
 export const file_analytics_v1_analytics: GenFile = /*@__PURE__*/
-  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIq0BChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBEhQKB2NvbXBhcmUYBSABKAlIBIgBAUIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG9CDQoLX3Byb2plY3RfaWRCCgoIX2NvbXBhcmUikwcKEkdldE1ldHJpY3NSZXNwb25zZRISCgpwcm9qZWN0X2lkGAEgASgJEgwKBGZyb20YAiABKAkSCgoCdG8YAyABKAkSEAoIdGltZXpvbmUYBCABKAkSDQoFdXNlcnMYBSABKAQSEAoIc2Vzc2lvbnMYBiABKAQSEQoJcGFnZXZpZXdzGAcgASgEEhMKC2JvdW5jZV9yYXRlGAggASgJEjUKD3RyYWZmaWNfc291cmNlcxgJIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIvCgljb3VudHJpZXMYCiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSLQoHZGV2aWNlcxgLIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIrCgVwYWdlcxgMIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIsCgZldmVudHMYDSADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSDAoEYm90cxgOIAEoBBIwCg1yZWNlbnRfZXZlbnRzGA8gAygLMhkuYW5hbHl0aWNzLnYxLlJlY2VudEV2ZW50EikKBWRhaWx5GBAgAygLMhouYW5hbHl0aWNzLnYxLkRhaWx5RmlndXJlcxIxCgtlbnRyeV9wYWdlcxgRIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIuCghicm93c2VycxgSIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRI3ChFvcGVyYXRpbmdfc3lzdGVtcxgTIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIxCgt1dG1fbWVkaXVtcxgUIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIzCg11dG1fY2FtcGFpZ25zGBUgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKB3JldmVudWUYFiADKAsyGi5hbmFseXRpY3MudjEuUmV2ZW51ZUVudHJ5EioKBXByb3BzGBcgAygLMhsuYW5hbHl0aWNzLnYxLlByb3BCcmVha2Rvd24SLgoHY29tcGFyZRgYIAEoCzIYLmFuYWx5dGljcy52MS5Db21wYXJpc29uSACIAQFCCgoIX2NvbXBhcmUiQgoMUmV2ZW51ZUVudHJ5EhAKCGN1cnJlbmN5GAEgASgJEg0KBXRvdGFsGAIgASgBEhEKCXB1cmNoYXNlcxgDIAEoBCJKCg1Qcm9wQnJlYWtkb3duEgsKA2tleRgBIAEoCRIsCgZ2YWx1ZXMYAiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkimgEKCkNvbXBhcmlzb24SDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRINCgV1c2VycxgDIAEoBBIQCghzZXNzaW9ucxgEIAEoBBIRCglwYWdldmlld3MYBSABKAQSEwoLYm91bmNlX3JhdGUYBiABKAkSKQoFZGFpbHkYByADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIjwKEkdldFJlYWx0aW1lUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQFCDQoLX3Byb2plY3RfaWQivgEKE0dldFJlYWx0aW1lUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIQCgh2aXNpdG9ycxgCIAEoBBIRCglwYWdldmlld3MYAyABKAQSEgoKcGVyX21pbnV0ZRgEIAMoBBIrCgVwYWdlcxgFIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdzb3VyY2VzGAYgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5IiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIpACChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQESFQoNdHJhY2tlZF9wcm9wcxgHIAMoCUIHCgVfbmFtZUILCglfdGltZXpvbmVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQipwEKCVJhdGVMaW1pdBIUCgdwZXJfa2V5GAEgASgBSACIAQESGgoNYnVyc3RfcGVyX2tleRgCIAEoAUgBiAEBEhMKBnBlcl9pcBgDIAEoAUgCiAEBEhkKDGJ1cnN0X3Blcl9pcBgEIAEoAUgDiAEBQgoKCF9wZXJfa2V5QhAKDl9idXJzdF9wZXJfa2V5QgkKB19wZXJfaXBCDwoNX2J1cnN0X3Blcl9pcCJoChVDcmVhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EicKBGtleXMYAiABKAsyGS5hbmFseXRpY3MudjEuUHJvamVjdEtleXMiMgoLUHJvamVjdEtleXMSDgoGc2VjcmV0GAEgASgJEhMKC3B1Ymxpc2hhYmxlGAIgASgJIhwKClN0cmluZ0xpc3QSDgoGdmFsdWVzGAEgAygJIs4CChRVcGRhdGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhEKBG5hbWUYAiABKAlIAIgBARIxCg9hbGxvd2VkX29yaWdpbnMYAyABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIzChFhbGxvd2VkX3JlZmVycmVycxgEIAEoCzIYLmFuYWx5dGljcy52MS5TdHJpbmdMaXN0EhoKDW1vbnRobHlfcXVvdGEYBSABKANIAYgBARIwCgpyYXRlX2xpbWl0GAYgASgLMhcuYW5hbHl0aWNzLnYxLlJhdGVMaW1pdEgCiAEBEi8KDXRyYWNrZWRfcHJvcHMYByABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdEIHCgVfbmFtZUIQCg5fbW9udGhseV9xdW90YUINCgtfcmF0ZV9saW1pdCI/ChVVcGRhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0IioKFERlbGV0ZVByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiFwoVRGVsZXRlUHJvamVjdFJlc3BvbnNlIiUKD0xpc3RLZXlzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjYKEExpc3RLZXlzUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiWAoGQXBpS2V5EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSDAoEaGludBgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEhIKCmV4cGlyZXNfYXQYBSABKAkiXAoQQ3JlYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSFwoKZXhwaXJlc19hdBgDIAEoCUgAiAEBQg0KC19leHBpcmVzX2F0IkQKEUNyZWF0ZUtleVJlc3BvbnNlEgsKA2tleRgBIAEoCRIiCgRpbmZvGAIgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSJKChBVcGRhdGVLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJEhIKCmV4cGlyZXNfYXQYAyABKAkiNgoRVXBkYXRlS2V5UmVzcG9uc2USIQoDa2V5GAEgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSI2ChBSZXZva2VLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlMvEHChBBbmFseXRpY3NTZXJ2aWNlEkMKBkluZ2VzdBIbLmFuYWx5dGljcy52MS5Jbmdlc3RSZXF1ZXN0GhwuYW5hbHl0aWNzLnYxLkluZ2VzdFJlc3BvbnNlElkKDEluZ2VzdFN0cmVhbRIhLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXF1ZXN0GiIuYW5hbHl0aWNzLnYxLkluZ2VzdFN0cmVhbVJlc3BvbnNlKAEwARJPCgpHZXRNZXRyaWNzEh8uYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXF1ZXN0GiAuYW5hbHl0aWNzLnYxLkdldE1ldHJpY3NSZXNwb25zZRJSCgtHZXRSZWFsdGltZRIgLmFuYWx5dGljcy52MS5HZXRSZWFsdGltZVJlcXVlc3QaIS5hbmFseXRpY3MudjEuR2V0UmVhbHRpbWVSZXNwb25zZRJVCgxMaXN0UHJvamVjdHMSIS5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVxdWVzdBoiLmFuYWx5dGljcy52MS5MaXN0UHJvamVjdHNSZXNwb25zZRJYCg1DcmVhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkNyZWF0ZVByb2plY3RSZXNwb25zZRJYCg1VcGRhdGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLlVwZGF0ZVByb2plY3RSZXNwb25zZRJYCg1EZWxldGVQcm9qZWN0EiIuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXF1ZXN0GiMuYW5hbHl0aWNzLnYxLkRlbGV0ZVByb2plY3RSZXNwb25zZRJJCghMaXN0S2V5cxIdLmFuYWx5dGljcy52MS5MaXN0S2V5c1JlcXVlc3QaHi5hbmFseXRpY3MudjEuTGlzdEtleXNSZXNwb25zZRJMCglDcmVhdGVLZXkSHi5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5DcmVhdGVLZXlSZXNwb25zZRJMCglVcGRhdGVLZXkSHi5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5VcGRhdGVLZXlSZXNwb25zZRJMCglSZXZva2VLZXkSHi5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVxdWVzdBofLmFuYWx5dGljcy52MS5SZXZva2VLZXlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_struct]);
+  fileDesc("ChxhbmFseXRpY3MvdjEvYW5hbHl0aWNzLnByb3RvEgxhbmFseXRpY3MudjEi/wQKBUV2ZW50EhcKCnByb2plY3RfaWQYASABKAlIAYgBARIXCgpzZXNzaW9uX2lkGAIgASgJSAKIAQESFAoHdXNlcl9pZBgDIAEoCUgDiAEBEhAKA3VybBgEIAEoCUgEiAEBEhUKCHJlZmVycmVyGAUgASgJSAWIAQESFAoHY291bnRyeRgGIAEoCUgGiAEBEhMKBmRldmljZRgHIAEoCUgHiAEBEhIKBWV2ZW50GAggASgJSAiIAQESOgoMZXZlbnRfcGFyYW1zGAkgAygLMiQuYW5hbHl0aWNzLnYxLkV2ZW50LkV2ZW50UGFyYW1zRW50cnkSGAoLZmluZ2VycHJpbnQYCiABKAlICYgBARIWCgx0aW1lc3RhbXBfbXMYCyABKANIABIXCg10aW1lc3RhbXBfaXNvGAwgASgJSAASFQoIZXZlbnRfaWQYDSABKAlICogBARIhCgVpdGVtcxgOIAMoCzISLmFuYWx5dGljcy52MS5JdGVtEi0KDHBhZ2VfY29udGV4dBgPIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QaTAoQRXZlbnRQYXJhbXNFbnRyeRILCgNrZXkYASABKAkSJwoFdmFsdWUYAiABKAsyGC5hbmFseXRpY3MudjEuUGFyYW1WYWx1ZToCOAFCCwoJdGltZXN0YW1wQg0KC19wcm9qZWN0X2lkQg0KC19zZXNzaW9uX2lkQgoKCF91c2VyX2lkQgYKBF91cmxCCwoJX3JlZmVycmVyQgoKCF9jb3VudHJ5QgkKB19kZXZpY2VCCAoGX2V2ZW50Qg4KDF9maW5nZXJwcmludEILCglfZXZlbnRfaWQijAEKClBhcmFtVmFsdWUSFgoMc3RyaW5nX3ZhbHVlGAEgASgJSAASFgoMbnVtYmVyX3ZhbHVlGAIgASgBSAASFAoKYm9vbF92YWx1ZRgDIAEoCEgAEjAKCm51bGxfdmFsdWUYBCABKA4yGi5nb29nbGUucHJvdG9idWYuTnVsbFZhbHVlSABCBgoEa2luZCLgAQoESXRlbRIUCgdpdGVtX2lkGAEgASgJSACIAQESEgoFcHJpY2UYAiABKAFIAYgBARIVCghxdWFudGl0eRgDIAEoBUgCiAEBEiwKBWV4dHJhGAQgAygLMh0uYW5hbHl0aWNzLnYxLkl0ZW0uRXh0cmFFbnRyeRpGCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRInCgV2YWx1ZRgCIAEoCzIYLmFuYWx5dGljcy52MS5QYXJhbVZhbHVlOgI4AUIKCghfaXRlbV9pZEIICgZfcHJpY2VCCwoJX3F1YW50aXR5IjQKDUluZ2VzdFJlcXVlc3QSIwoGZXZlbnRzGAEgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50Ii4KDkluZ2VzdFJlc3BvbnNlEhAKCGFjY2VwdGVkGAEgASgNEgoKAnRzGAIgASgDIkwKE0luZ2VzdFN0cmVhbVJlcXVlc3QSEAoIYmF0Y2hfaWQYASABKAQSIwoGZXZlbnRzGAIgAygLMhMuYW5hbHl0aWNzLnYxLkV2ZW50IlgKFEluZ2VzdFN0cmVhbVJlc3BvbnNlEhAKCHNlcXVlbmNlGAEgASgEEhAKCGJhdGNoX2lkGAIgASgEEhAKCGFjY2VwdGVkGAMgASgNEgoKAnRzGAQgASgDIq0BChFHZXRNZXRyaWNzUmVxdWVzdBIRCgRkYXRlGAEgASgJSACIAQESEQoEZnJvbRgCIAEoCUgBiAEBEg8KAnRvGAMgASgJSAKIAQESFwoKcHJvamVjdF9pZBgEIAEoCUgDiAEBEhQKB2NvbXBhcmUYBSABKAlIBIgBAUIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG9CDQoLX3Byb2plY3RfaWRCCgoIX2NvbXBhcmUikwcKEkdldE1ldHJpY3NSZXNwb25zZRISCgpwcm9qZWN0X2lkGAEgASgJEgwKBGZyb20YAiABKAkSCgoCdG8YAyABKAkSEAoIdGltZXpvbmUYBCABKAkSDQoFdXNlcnMYBSABKAQSEAoIc2Vzc2lvbnMYBiABKAQSEQoJcGFnZXZpZXdzGAcgASgEEhMKC2JvdW5jZV9yYXRlGAggASgJEjUKD3RyYWZmaWNfc291cmNlcxgJIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIvCgljb3VudHJpZXMYCiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSLQoHZGV2aWNlcxgLIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIrCgVwYWdlcxgMIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIsCgZldmVudHMYDSADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkSDAoEYm90cxgOIAEoBBIwCg1yZWNlbnRfZXZlbnRzGA8gAygLMhkuYW5hbHl0aWNzLnYxLlJlY2VudEV2ZW50EikKBWRhaWx5GBAgAygLMhouYW5hbHl0aWNzLnYxLkRhaWx5RmlndXJlcxIxCgtlbnRyeV9wYWdlcxgRIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIuCghicm93c2VycxgSIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRI3ChFvcGVyYXRpbmdfc3lzdGVtcxgTIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIxCgt1dG1fbWVkaXVtcxgUIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRIzCg11dG1fY2FtcGFpZ25zGBUgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5EisKB3JldmVudWUYFiADKAsyGi5hbmFseXRpY3MudjEuUmV2ZW51ZUVudHJ5EioKBXByb3BzGBcgAygLMhsuYW5hbHl0aWNzLnYxLlByb3BCcmVha2Rvd24SLgoHY29tcGFyZRgYIAEoCzIYLmFuYWx5dGljcy52MS5Db21wYXJpc29uSACIAQFCCgoIX2NvbXBhcmUiQgoMUmV2ZW51ZUVudHJ5EhAKCGN1cnJlbmN5GAEgASgJEg0KBXRvdGFsGAIgASgBEhEKCXB1cmNoYXNlcxgDIAEoBCJKCg1Qcm9wQnJlYWtkb3duEgsKA2tleRgBIAEoCRIsCgZ2YWx1ZXMYAiADKAsyHC5hbmFseXRpY3MudjEuQnJlYWtkb3duRW50cnkimgEKCkNvbXBhcmlzb24SDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRINCgV1c2VycxgDIAEoBBIQCghzZXNzaW9ucxgEIAEoBBIRCglwYWdldmlld3MYBSABKAQSEwoLYm91bmNlX3JhdGUYBiABKAkSKQoFZGFpbHkYByADKAsyGi5hbmFseXRpY3MudjEuRGFpbHlGaWd1cmVzIjwKEkdldFJlYWx0aW1lUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQFCDQoLX3Byb2plY3RfaWQivgEKE0dldFJlYWx0aW1lUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIQCgh2aXNpdG9ycxgCIAEoBBIRCglwYWdldmlld3MYAyABKAQSEgoKcGVyX21pbnV0ZRgEIAMoBBIrCgVwYWdlcxgFIAMoCzIcLmFuYWx5dGljcy52MS5CcmVha2Rvd25FbnRyeRItCgdzb3VyY2VzGAYgAygLMhwuYW5hbHl0aWNzLnYxLkJyZWFrZG93bkVudHJ5IiwKDkJyZWFrZG93bkVudHJ5EgsKA2tleRgBIAEoCRINCgVjb3VudBgCIAEoBCKMAQoLUmVjZW50RXZlbnQSCgoCdHMYASABKAMSDQoFZXZlbnQYAiABKAkSCwoDdXJsGAMgASgJEhAKCHJlZmVycmVyGAQgASgJEg4KBnNvdXJjZRgFIAEoCRIPCgdjb3VudHJ5GAYgASgJEg4KBmRldmljZRgHIAEoCRISCgpzZXNzaW9uX2lkGAggASgJImUKDERhaWx5RmlndXJlcxIMCgRkYXRlGAEgASgJEg0KBXVzZXJzGAIgASgEEhAKCHNlc3Npb25zGAMgASgEEhEKCXBhZ2V2aWV3cxgEIAEoBBITCgtib3VuY2VfcmF0ZRgFIAEoCSI0ChNMaXN0UHJvamVjdHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEg4KBmN1cnNvchgCIAEoCSJUChRMaXN0UHJvamVjdHNSZXNwb25zZRInCghwcm9qZWN0cxgBIAMoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EhMKC25leHRfY3Vyc29yGAIgASgJIqsBCgdQcm9qZWN0EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPYWxsb3dlZF9vcmlnaW5zGAMgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAQgAygJEhAKCHRpbWV6b25lGAUgASgJEhUKDW1vbnRobHlfcXVvdGEYBiABKAMSEgoKY3JlYXRlZF9hdBgHIAEoCRIVCg10cmFja2VkX3Byb3BzGAggAygJIpACChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIRCgRuYW1lGAEgASgJSACIAQESFwoPYWxsb3dlZF9vcmlnaW5zGAIgAygJEhkKEWFsbG93ZWRfcmVmZXJyZXJzGAMgAygJEhUKCHRpbWV6b25lGAQgASgJSAGIAQESGgoNbW9udGhseV9xdW90YRgFIAEoA0gCiAEBEjAKCnJhdGVfbGltaXQYBiABKAsyFy5hbmFseXRpY3MudjEuUmF0ZUxpbWl0SAOIAQESFQoNdHJhY2tlZF9wcm9wcxgHIAMoCUIHCgVfbmFtZUILCglfdGltZXpvbmVCEAoOX21vbnRobHlfcXVvdGFCDQoLX3JhdGVfbGltaXQipwEKCVJhdGVMaW1pdBIUCgdwZXJfa2V5GAEgASgBSACIAQESGgoNYnVyc3RfcGVyX2tleRgCIAEoAUgBiAEBEhMKBnBlcl9pcBgDIAEoAUgCiAEBEhkKDGJ1cnN0X3Blcl9pcBgEIAEoAUgDiAEBQgoKCF9wZXJfa2V5QhAKDl9idXJzdF9wZXJfa2V5QgkKB19wZXJfaXBCDwoNX2J1cnN0X3Blcl9pcCJoChVDcmVhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0EicKBGtleXMYAiABKAsyGS5hbmFseXRpY3MudjEuUHJvamVjdEtleXMiMgoLUHJvamVjdEtleXMSDgoGc2VjcmV0GAEgASgJEhMKC3B1Ymxpc2hhYmxlGAIgASgJIhwKClN0cmluZ0xpc3QSDgoGdmFsdWVzGAEgAygJIs4CChRVcGRhdGVQcm9qZWN0UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEhEKBG5hbWUYAiABKAlIAIgBARIxCg9hbGxvd2VkX29yaWdpbnMYAyABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdBIzChFhbGxvd2VkX3JlZmVycmVycxgEIAEoCzIYLmFuYWx5dGljcy52MS5TdHJpbmdMaXN0EhoKDW1vbnRobHlfcXVvdGEYBSABKANIAYgBARIwCgpyYXRlX2xpbWl0GAYgASgLMhcuYW5hbHl0aWNzLnYxLlJhdGVMaW1pdEgCiAEBEi8KDXRyYWNrZWRfcHJvcHMYByABKAsyGC5hbmFseXRpY3MudjEuU3RyaW5nTGlzdEIHCgVfbmFtZUIQCg5fbW9udGhseV9xdW90YUINCgtfcmF0ZV9saW1pdCI/ChVVcGRhdGVQcm9qZWN0UmVzcG9uc2USJgoHcHJvamVjdBgBIAEoCzIVLmFuYWx5dGljcy52MS5Qcm9qZWN0IioKFERlbGV0ZVByb2plY3RSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiFwoVRGVsZXRlUHJvamVjdFJlc3BvbnNlIiUKD0xpc3RLZXlzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjYKEExpc3RLZXlzUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmFuYWx5dGljcy52MS5BcGlLZXkiWAoGQXBpS2V5EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSDAoEaGludBgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEhIKCmV4cGlyZXNfYXQYBSABKAkiXAoQQ3JlYXRlS2V5UmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSFwoKZXhwaXJlc19hdBgDIAEoCUgAiAEBQg0KC19leHBpcmVzX2F0IkQKEUNyZWF0ZUtleVJlc3BvbnNlEgsKA2tleRgBIAEoCRIiCgRpbmZvGAIgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSJKChBVcGRhdGVLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJEhIKCmV4cGlyZXNfYXQYAyABKAkiNgoRVXBkYXRlS2V5UmVzcG9uc2USIQoDa2V5GAEgASgLMhQuYW5hbHl0aWNzLnYxLkFwaUtleSI2ChBSZXZva2VLZXlSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGa2V5X2lkGAIgASgJIhMKEVJldm9rZUtleVJlc3BvbnNlIkIKC1F1ZXJ5RmlsdGVyEhAKCG9wZXJhdG9yGAEgASgJEhEKCWRpbWVuc2lvbhgCIAEoCRIOCgZ2YWx1ZXMYAyADKAkiLQoKUXVlcnlPcmRlchIMCgRuYW1lGAEgASgJEhEKCWRpcmVjdGlvbhgCIAEoCSLBAgoMUXVlcnlSZXF1ZXN0EhcKCnByb2plY3RfaWQYASABKAlIAIgBARIRCgRkYXRlGAIgASgJSAGIAQESEQoEZnJvbRgDIAEoCUgCiAEBEg8KAnRvGAQgASgJSAOIAQESDwoHbWV0cmljcxgFIAMoCRISCgpkaW1lbnNpb25zGAYgAygJEioKB2ZpbHRlcnMYByADKAsyGS5hbmFseXRpY3MudjEuUXVlcnlGaWx0ZXISKgoIb3JkZXJfYnkYCCADKAsyGC5hbmFseXRpY3MudjEuUXVlcnlPcmRlchISCgVsaW1pdBgJIAEoBUgEiAEBEhMKBm9mZnNldBgKIAEoBUgFiAEBQg0KC19wcm9qZWN0X2lkQgcKBV9kYXRlQgcKBV9mcm9tQgUKA190b0IICgZfbGltaXRCCQoHX29mZnNldCIvCghRdWVyeVJvdxISCgpkaW1lbnNpb25zGAEgAygJEg8KB21ldHJpY3MYAiADKAEiwQEKDVF1ZXJ5UmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIMCgRmcm9tGAIgASgJEgoKAnRvGAMgASgJEhAKCHRpbWV6b25lGAQgASgJEg8KB21ldHJpY3MYBSADKAkSEgoKZGltZW5zaW9ucxgGIAMoCRInCgdyZXN1bHRzGAcgAygLMhYuYW5hbHl0aWNzLnYxLlF1ZXJ5Um93Eg4KBnRvdGFscxgIIAMoARISCgp0b3RhbF9yb3dzGAkgASgDIkUKCkZ1bm5lbFN0ZXASDgoEZ29hbBgBIAEoCUgAEg8KBWV2ZW50GAIgASgJSAASDgoEcGFnZRgDIAEoCUgAQgYKBHN0ZXAi4QEKElF1ZXJ5RnVubmVsUmVxdWVzdBIXCgpwcm9qZWN0X2lkGAEgASgJSACIAQESEQoEZGF0ZRgCIAEoCUgBiAEBEhEKBGZyb20YAyABKAlIAogBARIPCgJ0bxgEIAEoCUgDiAEBEioKB2ZpbHRlcnMYBSADKAsyGS5hbmFseXRpY3MudjEuUXVlcnlGaWx0ZXISJwoFc3RlcHMYBiADKAsyGC5hbmFseXRpY3MudjEuRnVubmVsU3RlcEINCgtfcHJvamVjdF9pZEIHCgVfZGF0ZUIHCgVfZnJvbUIFCgNfdG8ibQoQRnVubmVsU3RlcFJlc3VsdBINCgVsYWJlbBgBIAEoCRIOCgZ2aXNpdHMYAiABKAMSEAoIdmlzaXRvcnMYAyABKAMSFwoPY29udmVyc2lvbl9yYXRlGAQgASgBEg8KB2Ryb3BvZmYYBSABKAMihAEKE1F1ZXJ5RnVubmVsUmVzcG9uc2USEgoKcHJvamVjdF9pZBgBIAEoCRIMCgRmcm9tGAIgASgJEgoKAnRvGAMgASgJEhAKCHRpbWV6b25lGAQgASgJEi0KBXN0ZXBzGAUgAygLMh4uYW5hbHl0aWNzLnYxLkZ1bm5lbFN0ZXBSZXN1bHQiXgoER29hbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KBWV2ZW50GAMgASgJSAASDgoEcGFnZRgEIAEoCUgAEhIKCmNyZWF0ZWRfYXQYBSABKAlCBwoFbWF0Y2giJgoQTGlzdEdvYWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIjYKEUxpc3RHb2Fsc1Jlc3BvbnNlEiEKBWdvYWxzGAEgAygLMhIuYW5hbHl0aWNzLnYxLkdvYWwiXwoRQ3JlYXRlR29hbFJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KBWV2ZW50GAMgASgJSAASDgoEcGFnZRgEIAEoCUgAQgcKBW1hdGNoIjYKEkNyZWF0ZUdvYWxSZXNwb25zZRIgCgRnb2FsGAEgASgLMhIuYW5hbHl0aWNzLnYxLkdvYWwiOAoRRGVsZXRlR29hbFJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIPCgdnb2FsX2lkGAIgASgJIhQKEkRlbGV0ZUdvYWxSZXNwb25zZTL3CgoQQW5hbHl0aWNzU2VydmljZRJDCgZJbmdlc3QSGy5hbmFseXRpY3MudjEuSW5nZXN0UmVxdWVzdBocLmFuYWx5dGljcy52MS5Jbmdlc3RSZXNwb25zZRJZCgxJbmdlc3RTdHJlYW0SIS5hbmFseXRpY3MudjEuSW5nZXN0U3RyZWFtUmVxdWVzdBoiLmFuYWx5dGljcy52MS5Jbmdlc3RTdHJlYW1SZXNwb25zZSgBMAESTwoKR2V0TWV0cmljcxIfLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVxdWVzdBogLmFuYWx5dGljcy52MS5HZXRNZXRyaWNzUmVzcG9uc2USUgoLR2V0UmVhbHRpbWUSIC5hbmFseXRpY3MudjEuR2V0UmVhbHRpbWVSZXF1ZXN0GiEuYW5hbHl0aWNzLnYxLkdldFJlYWx0aW1lUmVzcG9uc2USVQoMTGlzdFByb2plY3RzEiEuYW5hbHl0aWNzLnYxLkxpc3RQcm9qZWN0c1JlcXVlc3QaIi5hbmFseXRpY3MudjEuTGlzdFByb2plY3RzUmVzcG9uc2USWAoNQ3JlYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2USWAoNVXBkYXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5VcGRhdGVQcm9qZWN0UmVzcG9uc2USWAoNRGVsZXRlUHJvamVjdBIiLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVxdWVzdBojLmFuYWx5dGljcy52MS5EZWxldGVQcm9qZWN0UmVzcG9uc2USSQoITGlzdEtleXMSHS5hbmFseXRpY3MudjEuTGlzdEtleXNSZXF1ZXN0Gh4uYW5hbHl0aWNzLnYxLkxpc3RLZXlzUmVzcG9uc2USTAoJQ3JlYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLkNyZWF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuQ3JlYXRlS2V5UmVzcG9uc2USTAoJVXBkYXRlS2V5Eh4uYW5hbHl0aWNzLnYxLlVwZGF0ZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuVXBkYXRlS2V5UmVzcG9uc2USTAoJUmV2b2tlS2V5Eh4uYW5hbHl0aWNzLnYxLlJldm9rZUtleVJlcXVlc3QaHy5hbmFseXRpY3MudjEuUmV2b2tlS2V5UmVzcG9uc2USQAoFUXVlcnkSGi5hbmFseXRpY3MudjEuUXVlcnlSZXF1ZXN0GhsuYW5hbHl0aWNzLnYxLlF1ZXJ5UmVzcG9uc2USUgoLUXVlcnlGdW5uZWwSIC5hbmFseXRpY3MudjEuUXVlcnlGdW5uZWxSZXF1ZXN0GiEuYW5hbHl0aWNzLnYxLlF1ZXJ5RnVubmVsUmVzcG9uc2USTAoJTGlzdEdvYWxzEh4uYW5hbHl0aWNzLnYxLkxpc3RHb2Fsc1JlcXVlc3QaHy5hbmFseXRpY3MudjEuTGlzdEdvYWxzUmVzcG9uc2USTwoKQ3JlYXRlR29hbBIfLmFuYWx5dGljcy52MS5DcmVhdGVHb2FsUmVxdWVzdBogLmFuYWx5dGljcy52MS5DcmVhdGVHb2FsUmVzcG9uc2USTwoKRGVsZXRlR29hbBIfLmFuYWx5dGljcy52MS5EZWxldGVHb2FsUmVxdWVzdBogLmFuYWx5dGljcy52MS5EZWxldGVHb2FsUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_struct]);
 
 /**
  * One event, with the fields of CONTRACT.md "Event fields". Each field maps to the HTTP JSON field named in its
@@ -1660,6 +1660,673 @@ export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE_
   messageDesc(file_analytics_v1_analytics, 37);
 
 /**
+ * One filter of a question: JSON `[operator, dimension, [value, ...]]`. All filters must hold.
+ *
+ * @generated from message analytics.v1.QueryFilter
+ */
+export type QueryFilter = Message<"analytics.v1.QueryFilter"> & {
+  /**
+   * "is", "isNot", "contains" or "notContains" ("goal" takes "is" only).
+   *
+   * @generated from field: string operator = 1;
+   */
+  operator: string;
+
+  /**
+   * A dimension of CONTRACT.md "Questions" other than time:*, such as "page", "country" or "prop:plan".
+   *
+   * @generated from field: string dimension = 2;
+   */
+  dimension: string;
+
+  /**
+   * 1 to 100 values of at most 2,048 characters.
+   *
+   * @generated from field: repeated string values = 3;
+   */
+  values: string[];
+};
+
+/**
+ * Describes the message analytics.v1.QueryFilter.
+ * Use `create(QueryFilterSchema)` to create a new message.
+ */
+export const QueryFilterSchema: GenMessage<QueryFilter> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 38);
+
+/**
+ * One entry of JSON `orderBy`: `[name, direction]`.
+ *
+ * @generated from message analytics.v1.QueryOrder
+ */
+export type QueryOrder = Message<"analytics.v1.QueryOrder"> & {
+  /**
+   * One of the question's metrics or dimensions.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * "asc" or "desc".
+   *
+   * @generated from field: string direction = 2;
+   */
+  direction: string;
+};
+
+/**
+ * Describes the message analytics.v1.QueryOrder.
+ * Use `create(QueryOrderSchema)` to create a new message.
+ */
+export const QueryOrderSchema: GenMessage<QueryOrder> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 39);
+
+/**
+ * POST /query, field by field (JSON names in the comments). The range fields are those of GetMetricsRequest.
+ *
+ * @generated from message analytics.v1.QueryRequest
+ */
+export type QueryRequest = Message<"analytics.v1.QueryRequest"> & {
+  /**
+   * JSON `projectId`: required for an admin key, otherwise the key's own project (another id is PERMISSION_DENIED).
+   *
+   * @generated from field: optional string project_id = 1;
+   */
+  projectId?: string | undefined;
+
+  /**
+   * JSON `date`: YYYY-MM-DD.
+   *
+   * @generated from field: optional string date = 2;
+   */
+  date?: string | undefined;
+
+  /**
+   * JSON `from`: YYYY-MM-DD.
+   *
+   * @generated from field: optional string from = 3;
+   */
+  from?: string | undefined;
+
+  /**
+   * JSON `to`: YYYY-MM-DD.
+   *
+   * @generated from field: optional string to = 4;
+   */
+  to?: string | undefined;
+
+  /**
+   * JSON `metrics`: 1 to 10 distinct names (visitors, visits, pageviews, events, bounceRate, viewsPerVisit,
+   * visitDuration, conversionRate).
+   *
+   * @generated from field: repeated string metrics = 5;
+   */
+  metrics: string[];
+
+  /**
+   * JSON `dimensions`: 0 to 3 distinct names, at most one time:*.
+   *
+   * @generated from field: repeated string dimensions = 6;
+   */
+  dimensions: string[];
+
+  /**
+   * JSON `filters`: 0 to 20.
+   *
+   * @generated from field: repeated analytics.v1.QueryFilter filters = 7;
+   */
+  filters: QueryFilter[];
+
+  /**
+   * JSON `orderBy`; none: the default order.
+   *
+   * @generated from field: repeated analytics.v1.QueryOrder order_by = 8;
+   */
+  orderBy: QueryOrder[];
+
+  /**
+   * JSON `limit`: 1 to 10,000 rows; unset: 100.
+   *
+   * @generated from field: optional int32 limit = 9;
+   */
+  limit?: number | undefined;
+
+  /**
+   * JSON `offset`: rows to skip; unset: 0.
+   *
+   * @generated from field: optional int32 offset = 10;
+   */
+  offset?: number | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.QueryRequest.
+ * Use `create(QueryRequestSchema)` to create a new message.
+ */
+export const QueryRequestSchema: GenMessage<QueryRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 40);
+
+/**
+ * One row of an answer.
+ *
+ * @generated from message analytics.v1.QueryRow
+ */
+export type QueryRow = Message<"analytics.v1.QueryRow"> & {
+  /**
+   * The row's dimension values, in the order of `dimensions`.
+   *
+   * @generated from field: repeated string dimensions = 1;
+   */
+  dimensions: string[];
+
+  /**
+   * The row's metric values, in the order of `metrics`.
+   *
+   * @generated from field: repeated double metrics = 2;
+   */
+  metrics: number[];
+};
+
+/**
+ * Describes the message analytics.v1.QueryRow.
+ * Use `create(QueryRowSchema)` to create a new message.
+ */
+export const QueryRowSchema: GenMessage<QueryRow> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 41);
+
+/**
+ * The answer of POST /query.
+ *
+ * @generated from message analytics.v1.QueryResponse
+ */
+export type QueryResponse = Message<"analytics.v1.QueryResponse"> & {
+  /**
+   * JSON `projectId`.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * JSON `from`: first day, YYYY-MM-DD.
+   *
+   * @generated from field: string from = 2;
+   */
+  from: string;
+
+  /**
+   * JSON `to`: last day, YYYY-MM-DD.
+   *
+   * @generated from field: string to = 3;
+   */
+  to: string;
+
+  /**
+   * JSON `timezone`: the project's IANA timezone.
+   *
+   * @generated from field: string timezone = 4;
+   */
+  timezone: string;
+
+  /**
+   * JSON `metrics`: as asked.
+   *
+   * @generated from field: repeated string metrics = 5;
+   */
+  metrics: string[];
+
+  /**
+   * JSON `dimensions`: as asked.
+   *
+   * @generated from field: repeated string dimensions = 6;
+   */
+  dimensions: string[];
+
+  /**
+   * JSON `results`: the page of rows.
+   *
+   * @generated from field: repeated analytics.v1.QueryRow results = 7;
+   */
+  results: QueryRow[];
+
+  /**
+   * JSON `totals`: the metrics of the selection with no dimension.
+   *
+   * @generated from field: repeated double totals = 8;
+   */
+  totals: number[];
+
+  /**
+   * JSON `totalRows`: rows before limit and offset.
+   *
+   * @generated from field: int64 total_rows = 9;
+   */
+  totalRows: bigint;
+};
+
+/**
+ * Describes the message analytics.v1.QueryResponse.
+ * Use `create(QueryResponseSchema)` to create a new message.
+ */
+export const QueryResponseSchema: GenMessage<QueryResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 42);
+
+/**
+ * One step of a funnel: JSON a goal's name, `{"event": name}` or `{"page": pattern}`.
+ *
+ * @generated from message analytics.v1.FunnelStep
+ */
+export type FunnelStep = Message<"analytics.v1.FunnelStep"> & {
+  /**
+   * Exactly one.
+   *
+   * @generated from oneof analytics.v1.FunnelStep.step
+   */
+  step: {
+    /**
+     * The name of one of the project's goals.
+     *
+     * @generated from field: string goal = 1;
+     */
+    value: string;
+    case: "goal";
+  } | {
+    /**
+     * An event name.
+     *
+     * @generated from field: string event = 2;
+     */
+    value: string;
+    case: "event";
+  } | {
+    /**
+     * A path pattern starting with "/" (`*` matches any run of characters), matched against page_view paths.
+     *
+     * @generated from field: string page = 3;
+     */
+    value: string;
+    case: "page";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message analytics.v1.FunnelStep.
+ * Use `create(FunnelStepSchema)` to create a new message.
+ */
+export const FunnelStepSchema: GenMessage<FunnelStep> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 43);
+
+/**
+ * POST /query/funnel.
+ *
+ * @generated from message analytics.v1.QueryFunnelRequest
+ */
+export type QueryFunnelRequest = Message<"analytics.v1.QueryFunnelRequest"> & {
+  /**
+   * JSON `projectId`, as in QueryRequest.
+   *
+   * @generated from field: optional string project_id = 1;
+   */
+  projectId?: string | undefined;
+
+  /**
+   * JSON `date`.
+   *
+   * @generated from field: optional string date = 2;
+   */
+  date?: string | undefined;
+
+  /**
+   * JSON `from`.
+   *
+   * @generated from field: optional string from = 3;
+   */
+  from?: string | undefined;
+
+  /**
+   * JSON `to`.
+   *
+   * @generated from field: optional string to = 4;
+   */
+  to?: string | undefined;
+
+  /**
+   * JSON `filters`: visit-level dimensions only.
+   *
+   * @generated from field: repeated analytics.v1.QueryFilter filters = 5;
+   */
+  filters: QueryFilter[];
+
+  /**
+   * JSON `steps`: 2 to 8.
+   *
+   * @generated from field: repeated analytics.v1.FunnelStep steps = 6;
+   */
+  steps: FunnelStep[];
+};
+
+/**
+ * Describes the message analytics.v1.QueryFunnelRequest.
+ * Use `create(QueryFunnelRequestSchema)` to create a new message.
+ */
+export const QueryFunnelRequestSchema: GenMessage<QueryFunnelRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 44);
+
+/**
+ * One step of a funnel's answer.
+ *
+ * @generated from message analytics.v1.FunnelStepResult
+ */
+export type FunnelStepResult = Message<"analytics.v1.FunnelStepResult"> & {
+  /**
+   * The goal's name, "event:<name>" or "page:<pattern>".
+   *
+   * @generated from field: string label = 1;
+   */
+  label: string;
+
+  /**
+   * Visits reaching the step.
+   *
+   * @generated from field: int64 visits = 2;
+   */
+  visits: bigint;
+
+  /**
+   * Their distinct visitors.
+   *
+   * @generated from field: int64 visitors = 3;
+   */
+  visitors: bigint;
+
+  /**
+   * JSON `conversionRate`: the step's visits / step 1's visits x 100, one decimal.
+   *
+   * @generated from field: double conversion_rate = 4;
+   */
+  conversionRate: number;
+
+  /**
+   * The previous step's visits minus this step's (0 for step 1).
+   *
+   * @generated from field: int64 dropoff = 5;
+   */
+  dropoff: bigint;
+};
+
+/**
+ * Describes the message analytics.v1.FunnelStepResult.
+ * Use `create(FunnelStepResultSchema)` to create a new message.
+ */
+export const FunnelStepResultSchema: GenMessage<FunnelStepResult> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 45);
+
+/**
+ * The answer of POST /query/funnel.
+ *
+ * @generated from message analytics.v1.QueryFunnelResponse
+ */
+export type QueryFunnelResponse = Message<"analytics.v1.QueryFunnelResponse"> & {
+  /**
+   * JSON `projectId`.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * JSON `from`.
+   *
+   * @generated from field: string from = 2;
+   */
+  from: string;
+
+  /**
+   * JSON `to`.
+   *
+   * @generated from field: string to = 3;
+   */
+  to: string;
+
+  /**
+   * JSON `timezone`.
+   *
+   * @generated from field: string timezone = 4;
+   */
+  timezone: string;
+
+  /**
+   * JSON `steps`, in order.
+   *
+   * @generated from field: repeated analytics.v1.FunnelStepResult steps = 5;
+   */
+  steps: FunnelStepResult[];
+};
+
+/**
+ * Describes the message analytics.v1.QueryFunnelResponse.
+ * Use `create(QueryFunnelResponseSchema)` to create a new message.
+ */
+export const QueryFunnelResponseSchema: GenMessage<QueryFunnelResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 46);
+
+/**
+ * A goal of a project: completed by an event of a name, or by a page_view whose path matches a pattern.
+ *
+ * @generated from message analytics.v1.Goal
+ */
+export type Goal = Message<"analytics.v1.Goal"> & {
+  /**
+   * The goal's id, for DeleteGoal.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Its name, unique in the project.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * Exactly one.
+   *
+   * @generated from oneof analytics.v1.Goal.match
+   */
+  match: {
+    /**
+     * An event name.
+     *
+     * @generated from field: string event = 3;
+     */
+    value: string;
+    case: "event";
+  } | {
+    /**
+     * A path pattern starting with "/" (`*` matches any run of characters).
+     *
+     * @generated from field: string page = 4;
+     */
+    value: string;
+    case: "page";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Creation time, ISO-8601.
+   *
+   * @generated from field: string created_at = 5;
+   */
+  createdAt: string;
+};
+
+/**
+ * Describes the message analytics.v1.Goal.
+ * Use `create(GoalSchema)` to create a new message.
+ */
+export const GoalSchema: GenMessage<Goal> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 47);
+
+/**
+ * GET /projects/{id}/goals.
+ *
+ * @generated from message analytics.v1.ListGoalsRequest
+ */
+export type ListGoalsRequest = Message<"analytics.v1.ListGoalsRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message analytics.v1.ListGoalsRequest.
+ * Use `create(ListGoalsRequestSchema)` to create a new message.
+ */
+export const ListGoalsRequestSchema: GenMessage<ListGoalsRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 48);
+
+/**
+ * A project's goals, in creation order.
+ *
+ * @generated from message analytics.v1.ListGoalsResponse
+ */
+export type ListGoalsResponse = Message<"analytics.v1.ListGoalsResponse"> & {
+  /**
+   * The goals.
+   *
+   * @generated from field: repeated analytics.v1.Goal goals = 1;
+   */
+  goals: Goal[];
+};
+
+/**
+ * Describes the message analytics.v1.ListGoalsResponse.
+ * Use `create(ListGoalsResponseSchema)` to create a new message.
+ */
+export const ListGoalsResponseSchema: GenMessage<ListGoalsResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 49);
+
+/**
+ * POST /projects/{id}/goals.
+ *
+ * @generated from message analytics.v1.CreateGoalRequest
+ */
+export type CreateGoalRequest = Message<"analytics.v1.CreateGoalRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * 1 to 64 characters, unique in the project.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * Exactly one.
+   *
+   * @generated from oneof analytics.v1.CreateGoalRequest.match
+   */
+  match: {
+    /**
+     * An event name.
+     *
+     * @generated from field: string event = 3;
+     */
+    value: string;
+    case: "event";
+  } | {
+    /**
+     * A path pattern starting with "/", at most 2,048 characters.
+     *
+     * @generated from field: string page = 4;
+     */
+    value: string;
+    case: "page";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message analytics.v1.CreateGoalRequest.
+ * Use `create(CreateGoalRequestSchema)` to create a new message.
+ */
+export const CreateGoalRequestSchema: GenMessage<CreateGoalRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 50);
+
+/**
+ * The new goal.
+ *
+ * @generated from message analytics.v1.CreateGoalResponse
+ */
+export type CreateGoalResponse = Message<"analytics.v1.CreateGoalResponse"> & {
+  /**
+   * The goal.
+   *
+   * @generated from field: analytics.v1.Goal goal = 1;
+   */
+  goal?: Goal | undefined;
+};
+
+/**
+ * Describes the message analytics.v1.CreateGoalResponse.
+ * Use `create(CreateGoalResponseSchema)` to create a new message.
+ */
+export const CreateGoalResponseSchema: GenMessage<CreateGoalResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 51);
+
+/**
+ * DELETE /projects/{id}/goals/{goal_id}.
+ *
+ * @generated from message analytics.v1.DeleteGoalRequest
+ */
+export type DeleteGoalRequest = Message<"analytics.v1.DeleteGoalRequest"> & {
+  /**
+   * The project.
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * The goal's id from ListGoals.
+   *
+   * @generated from field: string goal_id = 2;
+   */
+  goalId: string;
+};
+
+/**
+ * Describes the message analytics.v1.DeleteGoalRequest.
+ * Use `create(DeleteGoalRequestSchema)` to create a new message.
+ */
+export const DeleteGoalRequestSchema: GenMessage<DeleteGoalRequest> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 52);
+
+/**
+ * Answered once the goal is deleted.
+ *
+ * @generated from message analytics.v1.DeleteGoalResponse
+ */
+export type DeleteGoalResponse = Message<"analytics.v1.DeleteGoalResponse"> & {
+};
+
+/**
+ * Describes the message analytics.v1.DeleteGoalResponse.
+ * Use `create(DeleteGoalResponseSchema)` to create a new message.
+ */
+export const DeleteGoalResponseSchema: GenMessage<DeleteGoalResponse> = /*@__PURE__*/
+  messageDesc(file_analytics_v1_analytics, 53);
+
+/**
  * Ingestion, metrics and project management.
  *
  * @generated from service analytics.v1.AnalyticsService
@@ -1796,6 +2463,57 @@ export const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof RevokeKeyRequestSchema;
     output: typeof RevokeKeyResponseSchema;
+  },
+  /**
+   * Asks a question (POST /query): metrics by up to three dimensions with filters, over a range of days.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.Query
+   */
+  query: {
+    methodKind: "unary";
+    input: typeof QueryRequestSchema;
+    output: typeof QueryResponseSchema;
+  },
+  /**
+   * Counts visits through 2 to 8 steps in order (POST /query/funnel).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.QueryFunnel
+   */
+  queryFunnel: {
+    methodKind: "unary";
+    input: typeof QueryFunnelRequestSchema;
+    output: typeof QueryFunnelResponseSchema;
+  },
+  /**
+   * Lists a project's goals (GET /projects/{id}/goals): admin, secret and read keys.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.ListGoals
+   */
+  listGoals: {
+    methodKind: "unary";
+    input: typeof ListGoalsRequestSchema;
+    output: typeof ListGoalsResponseSchema;
+  },
+  /**
+   * Creates a goal (POST /projects/{id}/goals): admin and secret keys. A repeated name is FAILED_PRECONDITION
+   * (error-code `conflict`).
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.CreateGoal
+   */
+  createGoal: {
+    methodKind: "unary";
+    input: typeof CreateGoalRequestSchema;
+    output: typeof CreateGoalResponseSchema;
+  },
+  /**
+   * Deletes a goal (DELETE /projects/{id}/goals/{goal_id}): admin and secret keys; an unknown goal is NOT_FOUND.
+   *
+   * @generated from rpc analytics.v1.AnalyticsService.DeleteGoal
+   */
+  deleteGoal: {
+    methodKind: "unary";
+    input: typeof DeleteGoalRequestSchema;
+    output: typeof DeleteGoalResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_analytics_v1_analytics, 0);

@@ -1,0 +1,204 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { FunnelQuestion, Question } from '../src/core/query/types.ts';
+import type { StoredEvent } from '../src/core/types.ts';
+import { ColumnProjection } from '../src/engine/column-projection.ts';
+import { ColumnStore } from '../src/store/column-store.ts';
+import type { Row } from './report.ts';
+
+/**
+ * The column store's questions (issue "Ask anything", Q1–Q6), in-process: generated events are folded into a
+ * ColumnProjection over a real columns.lmdb (sealed as the service seals them), then each question is asked
+ * repeatedly and its p95 reported, with the columns' bytes per event. HTTP and DuckDB are not part of this section
+ * (DuckDB needs `@duckdb/node-api`, not installed).
+ */
+
+export interface QuestionParams {
+  events: number;
+  days: number;
+  iterations: number;
+}
+export const QUESTIONS_QUICK: QuestionParams = { events: 300_000, days: 30, iterations: 5 };
+export const QUESTIONS_FULL: QuestionParams = { events: 10_000_000, days: 30, iterations: 20 };
+
+/** Events per visit on average, and the fold's chunk (one appended batch). */
+const EVENTS_PER_VISIT = 5;
+const CHUNK = 500;
+const DAY_MS = 86_400_000;
+
+function rng(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const COUNTRIES = ['US', 'DE', 'FR', 'GB', 'IN', 'BR', 'JP', 'CA', 'NL', 'ES', 'IT', 'PL', 'SE', 'AU', 'MX', 'KR', 'CH', 'AT', 'BE', 'DK'];
+const SOURCES = ['Direct', 'Google', 'Bing', 'DuckDuckGo', 'Twitter', 'Facebook', 'LinkedIn', 'Reddit', 'Hacker News', 'GitHub', ...Array.from({ length: 20 }, (_, i) => `site${i}.example`)];
+const PATHS = ['/', '/pricing', '/signup', '/docs', ...Array.from({ length: 196 }, (_, i) => `/blog/post-${i}`)];
+const NAMES = ['signup', 'click', 'download', 'purchase', 'scroll'];
+const BROWSERS = ['Chrome', 'Firefox', 'Safari', 'Edge'];
+const OSES = ['Windows', 'Mac OS', 'iOS', 'Android', 'Linux'];
+
+/** Generated visits, each of ~EVENTS_PER_VISIT events within 30 minutes, spread over `days` days ending at `end`. */
+function* generate(p: QuestionParams, end: number): Generator<StoredEvent> {
+  const rand = rng(1);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() ** 2 * xs.length)]!;
+  const start = end - p.days * DAY_MS;
+  const perDay = Math.ceil(p.events / p.days);
+  let n = 0;
+  for (let d = 0; d < p.days && n < p.events; d++) {
+    const dayStart = start + d * DAY_MS;
+    const day = new Date(dayStart).toISOString().slice(0, 10);
+    let made = 0;
+    let visit = 0;
+    while (made < perDay && n < p.events) {
+      const sessionId = `s${d}-${visit++}`;
+      const user = rand() < 0.3 ? `u:${Math.floor(rand() * 200_000)}` : `s:${sessionId}`;
+      const len = 1 + Math.floor(rand() * (2 * EVENTS_PER_VISIT - 1));
+      let ts = dayStart + Math.floor(rand() * (DAY_MS - 1_800_000));
+      const source = pick(SOURCES);
+      const country = pick(COUNTRIES);
+      const browser = pick(BROWSERS);
+      const os = pick(OSES);
+      const device = rand() < 0.6 ? 'desktop' : 'mobile';
+      for (let i = 0; i < len && made < perDay; i++, made++, n++) {
+        const pv = i === 0 || rand() < 0.7;
+        const event = pv ? 'page_view' : pick(NAMES);
+        const p2 = pick(PATHS);
+        ts += Math.floor(rand() * 300_000);
+        const params: StoredEvent['params'] = {};
+        if (rand() < 0.2) params.plan = pick(['free', 'pro', 'team']);
+        yield {
+          t: 'e',
+          p: 'p_bench',
+          ts,
+          rt: ts,
+          day,
+          event,
+          url: `https://bench.example${p2}`,
+          path: p2,
+          referrer: '',
+          source,
+          sessionId,
+          user,
+          country,
+          device,
+          params,
+          browser,
+          os,
+        };
+      }
+    }
+  }
+}
+
+function p95(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil(s.length * 0.95) - 1)]!;
+}
+
+export interface QuestionResults {
+  events: number;
+  foldSeconds: number;
+  columnBytes: number;
+  fileBytes: number;
+  segments: number;
+  p95: Record<string, number>;
+}
+
+export async function runQuestions(p: QuestionParams, log: (line: string) => void = () => {}): Promise<QuestionResults> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'analytics-questions-'));
+  try {
+    const end = Date.UTC(2026, 10, 1);
+    const store = ColumnStore.open(dir);
+    const columns = new ColumnProjection(store, log);
+    const foldStarted = performance.now();
+    let seq = 1;
+    let batch: StoredEvent[] = [];
+    for (const e of generate(p, end)) {
+      batch.push(e);
+      if (batch.length === CHUNK) {
+        columns.fold(seq, batch);
+        seq += batch.length;
+        batch = [];
+        if (columns.openCount() === 0) await columns.flush(); // a bound flush started: let it finish
+      }
+    }
+    if (batch.length > 0) columns.fold(seq, batch);
+    await columns.flush();
+    const foldSeconds = (performance.now() - foldStarted) / 1000;
+    const size = store.size();
+    const from = new Date(end - p.days * DAY_MS).toISOString().slice(0, 10);
+    const to = new Date(end - DAY_MS).toISOString().slice(0, 10);
+    const base: Question = { from, to, metrics: [], dimensions: [], filters: [], orderBy: [], limit: 10, offset: 0 };
+    const asks: Record<string, () => Promise<unknown>> = {
+      'Q1 visit filter (country): visitors, visits, pageviews, bounce rate, duration': () =>
+        columns.query('p_bench', 'UTC', [], { ...base, metrics: ['visitors', 'visits', 'pageviews', 'bounceRate', 'visitDuration'], filters: [['is', 'country', ['DE']]] }),
+      'Q2 event filter (page): visitors, visits, top 10 sources': () =>
+        columns.query('p_bench', 'UTC', [], { ...base, metrics: ['visitors', 'visits'], dimensions: ['source'], filters: [['is', 'page', ['/pricing']]], orderBy: [['visitors', 'desc']] }),
+      'Q3 one day by time:hour: pageviews, visitors': () =>
+        columns.query('p_bench', 'UTC', [], { ...base, from: to, to, metrics: ['pageviews', 'visitors'], dimensions: ['time:hour'], orderBy: [['time:hour', 'asc']], limit: 100 }),
+      'Q4 top 10 pages with visitors, visits from one source': () =>
+        columns.query('p_bench', 'UTC', [], { ...base, metrics: ['visitors'], dimensions: ['page'], filters: [['is', 'source', ['Google']]], orderBy: [['visitors', 'desc']] }),
+      'Q5 two-step funnel': () => {
+        const f: FunnelQuestion = { from, to, filters: [], steps: [{ label: 'page:/', page: '/' }, { label: 'page:/pricing', page: '/pricing' }] };
+        return columns.funnel('p_bench', 'UTC', f);
+      },
+      'Q6 contains on page, top 10 countries': () =>
+        columns.query('p_bench', 'UTC', [], { ...base, metrics: ['visitors'], dimensions: ['country'], filters: [['contains', 'page', ['post-1']]], orderBy: [['visitors', 'desc']] }),
+    };
+    const out: Record<string, number> = {};
+    for (const [name, ask] of Object.entries(asks)) {
+      await ask(); // first ask decodes the segments into the cache
+      const times: number[] = [];
+      for (let i = 0; i < p.iterations; i++) {
+        const t = performance.now();
+        await ask();
+        times.push(performance.now() - t);
+      }
+      out[name] = p95(times);
+      log(`${name}: p95 ${out[name]!.toFixed(1)} ms`);
+    }
+    await columns.close();
+    return { events: size.events, foldSeconds, columnBytes: size.bytes, fileBytes: statSync(path.join(dir, 'columns.lmdb')).size, segments: size.segments, p95: out };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Goals from the issue: ≤ 50 ms for Q1, Q2, Q4, Q5 over 30 days at 10M events; ≤ 10 ms for Q3; ≤ 200 ms for Q6. */
+const GOALS_MS = [50, 50, 10, 50, 50, 200];
+
+export function questionRows(r: QuestionResults, p: QuestionParams): Row[] {
+  const rows: Row[] = Object.entries(r.p95).map(([what, ms], i) => ({
+    id: `questions.q${i + 1}`,
+    what: `${what} (${p.days} d, ${(r.events / 1e6).toFixed(1)}M events), p95`,
+    value: `${ms.toFixed(1)} ms`,
+    num: ms,
+    goal: `≤ ${GOALS_MS[i]} ms at 10M`,
+    met: p.events >= QUESTIONS_FULL.events ? ms <= GOALS_MS[i]! : undefined,
+  }));
+  rows.push({
+    id: 'questions.bytesPerEvent',
+    what: `column store bytes per event (${r.segments} segments)`,
+    value: `${(r.columnBytes / r.events).toFixed(1)} B (file ${(r.fileBytes / r.events).toFixed(1)} B)`,
+    num: r.columnBytes / r.events,
+    goal: '≤ 32 B',
+    met: r.columnBytes / r.events <= 32,
+  });
+  rows.push({ id: 'questions.fold', what: 'column fold + seal, events per second', value: `${Math.round(r.events / r.foldSeconds).toLocaleString('en-US')}/s`, num: r.events / r.foldSeconds });
+  return rows;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const p = process.argv.includes('--quick') ? QUESTIONS_QUICK : QUESTIONS_FULL;
+  const r = await runQuestions(p, (l) => process.stderr.write(`${l}\n`));
+  const { renderTable } = await import('./report.ts');
+  process.stdout.write(`${renderTable(questionRows(r, p))}\n`);
+}

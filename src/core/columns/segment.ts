@@ -1,0 +1,247 @@
+/**
+ * A segment: the events of one project-day, in log order, as dictionary-encoded columns. The open segment is built
+ * on the heap by SegmentBuilder; a sealed one is the same columns encoded into one Buffer (codec.ts) and read back as
+ * typed-array views. The evaluator reads both through SegmentView.
+ *
+ * Codes: for the value columns (name, path, source, ...) and every property, code 0 is "no value" and code k is
+ * `dict[k - 1]`. Visits and visitors are numbered per project-day across all of the day's segments (code = index),
+ * so a visit's events in several segments share one code; each segment's dictionary holds only the ids it added.
+ */
+
+import type { Scalar, StoredEvent } from '../types.ts';
+
+/** The value columns, in their stored order. */
+export const VALUE_COLUMNS = ['name', 'path', 'source', 'country', 'device', 'browser', 'os', 'utmMedium', 'utmCampaign'] as const;
+export type ValueColumn = (typeof VALUE_COLUMNS)[number];
+
+/** Browser and OS names when the User-Agent parser named none (as GET /metrics counts them). */
+export const UNKNOWN = 'Unknown';
+
+export type Codes = Uint8Array | Uint16Array | Uint32Array;
+
+export interface PropColumn {
+  codes: Codes;
+  dict: readonly string[];
+}
+
+/** What the evaluator reads of a segment, open or sealed. */
+export interface SegmentView {
+  readonly n: number;
+  readonly firstSeq: number;
+  readonly lastSeq: number;
+  /** ms since epoch of the day's UTC midnight; event time = dayStart + time[i] */
+  readonly dayStart: number;
+  readonly minT: number;
+  readonly maxT: number;
+  /** day-level visit and visitor codes this segment's dictionaries start at, and how many they add */
+  readonly visitBase: number;
+  readonly userBase: number;
+  readonly time: Int32Array;
+  readonly visit: Codes;
+  readonly user: Codes;
+  column(c: ValueColumn): Codes;
+  dict(c: ValueColumn): readonly string[];
+  /** session ids of visit codes visitBase.. */
+  visitDict(): readonly string[];
+  /** visitor ids (StoredEvent.user) of codes userBase.. */
+  userDict(): readonly string[];
+  propKeys(): readonly string[];
+  prop(key: string): PropColumn | undefined;
+}
+
+/** A property value as the contract names it: strings as is, numbers as String(n), true/false, null. */
+export function propString(v: Scalar): string {
+  return v === null ? 'null' : typeof v === 'string' ? v : String(v);
+}
+
+/** First capacity of an open segment's arrays; they double as events arrive. */
+const INITIAL_CAPACITY = 256;
+
+class Interner {
+  readonly map = new Map<string, number>();
+  readonly values: string[] = [];
+  /** code of `s` (1-based; 0 is no value) */
+  code(s: string): number {
+    let c = this.map.get(s);
+    if (c === undefined) {
+      this.values.push(s);
+      c = this.values.length;
+      this.map.set(s, c);
+    }
+    return c;
+  }
+}
+
+function grow<T extends Int32Array | Uint32Array>(a: T, capacity: number): T {
+  const b = new (a.constructor as new (n: number) => T)(capacity);
+  b.set(a);
+  return b;
+}
+
+/** Day-level numbering of visits and visitors, kept across the day's segments (and reloaded from them after a restart). */
+export class DayIds {
+  readonly visits = new Map<string, number>();
+  readonly users = new Map<string, number>();
+  /** every event of this project-day up to this log sequence is in a sealed segment */
+  coveredSeq = 0;
+  nextSegNo = 0;
+
+  /** Takes over the numbering of a sealed segment of the day (restart, or a builder dropped while idle). */
+  absorb(s: SegmentView, segNo: number): void {
+    const v = s.visitDict();
+    for (let i = 0; i < v.length; i++) this.visits.set(v[i]!, s.visitBase + i);
+    const u = s.userDict();
+    for (let i = 0; i < u.length; i++) this.users.set(u[i]!, s.userBase + i);
+    if (s.lastSeq > this.coveredSeq) this.coveredSeq = s.lastSeq;
+    if (segNo >= this.nextSegNo) this.nextSegNo = segNo + 1;
+  }
+}
+
+/** The open segment of one project-day: appends events (in log order) into growable columns. */
+export class SegmentBuilder implements SegmentView {
+  n = 0;
+  firstSeq = 0;
+  lastSeq = 0;
+  minT = Infinity;
+  maxT = -Infinity;
+  readonly visitBase: number;
+  readonly userBase: number;
+  private cap = INITIAL_CAPACITY;
+  private t = new Int32Array(INITIAL_CAPACITY);
+  private v = new Uint32Array(INITIAL_CAPACITY);
+  private u = new Uint32Array(INITIAL_CAPACITY);
+  private readonly cols = new Map<ValueColumn, { codes: Uint32Array; dict: Interner }>();
+  private readonly props = new Map<string, { codes: Uint32Array; dict: Interner }>();
+  private readonly newVisits: string[] = [];
+  private readonly newUsers: string[] = [];
+
+  constructor(
+    readonly dayStart: number,
+    readonly ids: DayIds,
+  ) {
+    this.visitBase = ids.visits.size;
+    this.userBase = ids.users.size;
+    for (const c of VALUE_COLUMNS) this.cols.set(c, { codes: new Uint32Array(INITIAL_CAPACITY), dict: new Interner() });
+  }
+
+  append(seq: number, e: StoredEvent): void {
+    if (this.n === this.cap) this.enlarge();
+    const i = this.n++;
+    if (i === 0) this.firstSeq = seq;
+    this.lastSeq = seq;
+    const t = e.ts - this.dayStart;
+    this.t[i] = t;
+    if (t < this.minT) this.minT = t;
+    if (t > this.maxT) this.maxT = t;
+    let vc = this.ids.visits.get(e.sessionId);
+    if (vc === undefined) {
+      vc = this.ids.visits.size;
+      this.ids.visits.set(e.sessionId, vc);
+      this.newVisits.push(e.sessionId);
+    }
+    this.v[i] = vc;
+    let uc = this.ids.users.get(e.user);
+    if (uc === undefined) {
+      uc = this.ids.users.size;
+      this.ids.users.set(e.user, uc);
+      this.newUsers.push(e.user);
+    }
+    this.u[i] = uc;
+    this.set('name', i, e.event);
+    this.set('path', i, e.path);
+    this.set('source', i, e.source);
+    this.set('country', i, e.country);
+    this.set('device', i, e.device);
+    this.set('browser', i, e.browser ?? UNKNOWN);
+    this.set('os', i, e.os ?? UNKNOWN);
+    this.set('utmMedium', i, e.utmMedium);
+    this.set('utmCampaign', i, e.utmCampaign);
+    for (const key in e.params) {
+      let p = this.props.get(key);
+      if (!p) this.props.set(key, (p = { codes: new Uint32Array(this.cap), dict: new Interner() }));
+      p.codes[i] = p.dict.code(propString(e.params[key]!));
+    }
+  }
+
+  private set(c: ValueColumn, i: number, value: string | undefined): void {
+    const col = this.cols.get(c)!;
+    col.codes[i] = value === undefined || value === '' ? 0 : col.dict.code(value);
+  }
+
+  private enlarge(): void {
+    this.cap *= 2;
+    this.t = grow(this.t, this.cap);
+    this.v = grow(this.v, this.cap);
+    this.u = grow(this.u, this.cap);
+    for (const col of this.cols.values()) col.codes = grow(col.codes, this.cap);
+    for (const p of this.props.values()) p.codes = grow(p.codes, this.cap);
+  }
+
+  // SegmentView: views of the first n entries (later appends never change them; a grown array is a new one)
+  get time(): Int32Array {
+    return this.t.subarray(0, this.n);
+  }
+  get visit(): Codes {
+    return this.v.subarray(0, this.n);
+  }
+  get user(): Codes {
+    return this.u.subarray(0, this.n);
+  }
+  column(c: ValueColumn): Codes {
+    return this.cols.get(c)!.codes.subarray(0, this.n);
+  }
+  dict(c: ValueColumn): readonly string[] {
+    return this.cols.get(c)!.dict.values;
+  }
+  visitDict(): readonly string[] {
+    return this.newVisits;
+  }
+  userDict(): readonly string[] {
+    return this.newUsers;
+  }
+  propKeys(): readonly string[] {
+    return [...this.props.keys()];
+  }
+  prop(key: string): PropColumn | undefined {
+    const p = this.props.get(key);
+    return p && { codes: p.codes.subarray(0, this.n), dict: p.dict.values };
+  }
+
+  /**
+   * A frozen view of what is appended so far, for a question that reads while events keep arriving: fixed length
+   * (dictionaries only grow at their end, so codes below n keep their meaning and nothing is copied).
+   */
+  freeze(): SegmentView {
+    const n = this.n;
+    const dicts = new Map<ValueColumn, string[]>();
+    const cols = new Map<ValueColumn, Codes>();
+    for (const [c, col] of this.cols) {
+      cols.set(c, col.codes.subarray(0, n));
+      dicts.set(c, col.dict.values);
+    }
+    const props = new Map<string, PropColumn>();
+    for (const [k, p] of this.props) props.set(k, { codes: p.codes.subarray(0, n), dict: p.dict.values });
+    const visits = this.newVisits;
+    const users = this.newUsers;
+    const keys = [...props.keys()];
+    return {
+      n,
+      firstSeq: this.firstSeq,
+      lastSeq: this.lastSeq,
+      dayStart: this.dayStart,
+      minT: this.minT,
+      maxT: this.maxT,
+      visitBase: this.visitBase,
+      userBase: this.userBase,
+      time: this.t.subarray(0, n),
+      visit: this.v.subarray(0, n),
+      user: this.u.subarray(0, n),
+      column: (c) => cols.get(c)!,
+      dict: (c) => dicts.get(c)!,
+      visitDict: () => visits,
+      userDict: () => users,
+      propKeys: () => keys,
+      prop: (k) => props.get(k),
+    };
+  }
+}

@@ -1,0 +1,221 @@
+import { encodeSegment } from '../core/columns/codec.ts';
+import { baseQuestion, FunnelRun, QueryRun } from '../core/columns/evaluate.ts';
+import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segment.ts';
+import { eachDay, utcMidnight } from '../core/dates.ts';
+import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
+import type { FoldRecord, LogRecord } from '../core/types.ts';
+import { crc, type ColumnStore } from '../store/column-store.ts';
+
+/**
+ * The column store as a projection of the log: fed (seq, records) in log order from the same fold point as the day
+ * aggregates (single-node: LmdbBackend.commit; a cluster consumer can feed it the same way). Only open segments live
+ * on the heap; they are sealed into the ColumnStore when the open events reach a bound, on an interval and at close,
+ * each flush one transaction with the marker. It answers questions (QueryEngine) from sealed segments, segments
+ * whose write is under way, and open segments, yielding to the event loop between slices.
+ */
+
+/** Open events across all project-days before a flush: bounds the heap (~40 B an event open) to ~40 MiB. */
+export const OPEN_EVENTS_BOUND = 1_000_000;
+/** Open segments are sealed this often: a restart replays at most this much of the log. */
+export const COLUMN_FLUSH_MS = 60_000;
+/** A question yields to the event loop after this much work, so a request never waits behind it longer. */
+const SLICE_MS = 20;
+
+interface DayState {
+  projectId: string;
+  day: string;
+  ids: DayIds;
+  open: SegmentBuilder | undefined;
+  /** events appended since the last flush (an idle day's numbering is dropped at the next flush) */
+  touched: boolean;
+}
+
+interface Pending {
+  projectId: string;
+  day: string;
+  segNo: number;
+  view: SegmentView;
+  bytes: Uint8Array;
+}
+
+const dayKey = (projectId: string, day: string): string => `${projectId}\u0000${day}`;
+
+export class ColumnProjection implements QueryEngine {
+  private readonly days = new Map<string, DayState>();
+  /** sealed segments whose write has not committed yet (questions read them from here meanwhile) */
+  private readonly pending = new Map<string, Pending[]>();
+  private openEvents = 0;
+  private foldedSeq: number;
+  private flushing: Promise<void> | undefined;
+
+  constructor(
+    private readonly store: ColumnStore,
+    private readonly log: (line: string) => void,
+  ) {
+    this.foldedSeq = store.marker();
+  }
+
+  /** Log sequence up to which every event is sealed. */
+  marker(): number {
+    return this.store.marker();
+  }
+
+  fold(firstSeq: number, records: readonly FoldRecord[]): void {
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      if (r.t !== 'e') continue;
+      const seq = firstSeq + i;
+      const d = this.dayState(r.p, r.day);
+      if (seq <= d.ids.coveredSeq) continue; // already in a sealed segment (replay after a bound flush, rebuild)
+      if (!d.open) d.open = new SegmentBuilder(utcMidnight(r.day), d.ids);
+      d.open.append(seq, r);
+      d.touched = true;
+      this.openEvents++;
+    }
+    if (records.length > 0) this.foldedSeq = Math.max(this.foldedSeq, firstSeq + records.length - 1);
+    if (this.openEvents >= OPEN_EVENTS_BOUND && !this.flushing) void this.flush().catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`));
+  }
+
+  /** A replay consumer (recovery.ts): folds one record, and seals the open segments when they reach their bound. */
+  replayConsumer(): { after: number; fold(seq: number, record: LogRecord): Promise<void> | undefined } {
+    const one: LogRecord[] = [];
+    return {
+      after: this.marker(),
+      fold: (seq, record) => {
+        one[0] = record;
+        this.fold(seq, one);
+        return this.openEvents >= OPEN_EVENTS_BOUND ? this.flush() : undefined;
+      },
+    };
+  }
+
+  /** At start: the log after the marker, into open segments (flushed as they reach the bound). */
+  async replay(records: Iterable<{ seq: number; record: LogRecord }>): Promise<number> {
+    let n = 0;
+    const one: LogRecord[] = [];
+    for (const { seq, record } of records) {
+      one[0] = record;
+      this.fold(seq, one);
+      n++;
+      if (this.openEvents >= OPEN_EVENTS_BOUND) await this.flush();
+    }
+    return n;
+  }
+
+  private dayState(projectId: string, day: string): DayState {
+    const k = dayKey(projectId, day);
+    let d = this.days.get(k);
+    if (!d) {
+      const ids = new DayIds();
+      for (const s of this.store.day(projectId, day)) ids.absorb(s.view, s.segNo);
+      for (const p of this.pending.get(k) ?? []) ids.absorb(p.view, p.segNo);
+      d = { projectId, day, ids, open: undefined, touched: false };
+      this.days.set(k, d);
+    }
+    return d;
+  }
+
+  /** Seals every open segment and moves the marker, in one transaction; idle days' numbering leaves the heap. */
+  async flush(): Promise<void> {
+    while (this.flushing) await this.flushing;
+    const run = this.flushNow();
+    this.flushing = run;
+    try {
+      await run;
+    } finally {
+      this.flushing = undefined;
+    }
+  }
+
+  private async flushNow(): Promise<void> {
+    const writes: Pending[] = [];
+    for (const [k, d] of this.days) {
+      if (d.open && d.open.n > 0) {
+        const view = d.open;
+        const p: Pending = { projectId: d.projectId, day: d.day, segNo: d.ids.nextSegNo++, view, bytes: encodeSegment(view, crc) };
+        d.ids.coveredSeq = view.lastSeq;
+        d.open = undefined;
+        const list = this.pending.get(k) ?? [];
+        list.push(p);
+        this.pending.set(k, list);
+      } else if (!d.touched && !d.open) {
+        this.days.delete(k);
+      }
+      d.touched = false;
+    }
+    for (const list of this.pending.values()) writes.push(...list);
+    this.openEvents = 0;
+    const marker = this.foldedSeq;
+    if (writes.length === 0 && marker <= this.store.marker()) return;
+    await this.store.write(writes, marker);
+    for (const w of writes) {
+      const k = dayKey(w.projectId, w.day);
+      const list = this.pending.get(k)?.filter((p) => p !== w);
+      if (list && list.length > 0) this.pending.set(k, list);
+      else this.pending.delete(k);
+    }
+  }
+
+  /** Erasure: the project's open and sealed segments go (the columns file is compacted). */
+  async erase(projectId: string): Promise<number> {
+    while (this.flushing) await this.flushing;
+    for (const [k, d] of this.days) {
+      if (d.projectId !== projectId) continue;
+      this.openEvents -= d.open?.n ?? 0;
+      this.days.delete(k);
+    }
+    for (const k of [...this.pending.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.pending.delete(k);
+    return this.store.eraseProject(projectId);
+  }
+
+  /** The segments of one project-day in log order: sealed, then written but uncommitted, then the open one. */
+  private segmentsOf(projectId: string, day: string): SegmentView[] {
+    const k = dayKey(projectId, day);
+    const stored = this.store.day(projectId, day);
+    const seen = new Set(stored.map((s) => s.segNo));
+    const out = stored.map((s) => s.view);
+    for (const p of this.pending.get(k) ?? []) if (!seen.has(p.segNo)) out.push(p.view);
+    const open = this.days.get(k)?.open;
+    if (open && open.n > 0) out.push(open.freeze());
+    return out;
+  }
+
+  private async eachDay(projectId: string, from: string, to: string, visit: (day: string, segs: SegmentView[]) => void): Promise<void> {
+    let sliceStart = performance.now();
+    for (const day of eachDay(from, to)) {
+      if (performance.now() - sliceStart >= SLICE_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        sliceStart = performance.now();
+      }
+      await this.store.settled();
+      visit(day, this.segmentsOf(projectId, day));
+    }
+  }
+
+  async query(projectId: string, timezone: string, goals: readonly Goal[], q: Question): Promise<QueryAnswer> {
+    const run = new QueryRun(timezone, goals, q);
+    const bq = baseQuestion(q);
+    const base = bq && new QueryRun(timezone, goals, bq);
+    await this.eachDay(projectId, q.from, q.to, (day, segs) => {
+      run.addDay(day, segs);
+      base?.addDay(day, segs);
+    });
+    return run.finish(base?.totalVisitors() ?? 0);
+  }
+
+  async funnel(projectId: string, timezone: string, q: FunnelQuestion): Promise<FunnelStepAnswer[]> {
+    const run = new FunnelRun(timezone, q);
+    await this.eachDay(projectId, q.from, q.to, (day, segs) => run.addDay(day, segs));
+    return run.finish();
+  }
+
+  /** Open events now (operator view, tests). */
+  openCount(): number {
+    return this.openEvents;
+  }
+
+  async close(): Promise<void> {
+    await this.flush();
+    await this.store.close();
+  }
+}

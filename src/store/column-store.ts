@@ -1,0 +1,207 @@
+import { existsSync, renameSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { crc32 } from 'node:zlib';
+import { open, type Database, type RootDatabase } from 'lmdb';
+import { decodeSegment, verifySegment } from '../core/columns/codec.ts';
+import type { SegmentView } from '../core/columns/segment.ts';
+
+/**
+ * Sealed column segments in their own LMDB environment (`columns.lmdb` in the data directory), so a rebuild or an
+ * erasure can drop and compact it without touching the log. Keys are [projectId, day, segmentNo]; the value is one
+ * encoded segment (core/columns/codec.ts). The marker "folded up to log sequence N" is written in the same
+ * transaction as the segments it covers, so after a crash the projection replays the log from N + 1.
+ */
+
+/** 1 TiB of address space: LMDB maps lazily, so this costs nothing until used. */
+const MAP_SIZE = 2 ** 40;
+/** Decoded segments kept for questions (typed-array views over their bytes plus parsed dictionaries). */
+const CACHE_BYTES = 256 * 2 ** 20;
+const MARKER = 'folded_up_to';
+const FILE = 'columns.lmdb';
+
+export const crc = (bytes: Uint8Array): number => crc32(bytes);
+
+type SegKey = [string, string, number];
+
+export interface StoredSegment {
+  segNo: number;
+  view: SegmentView;
+}
+
+export class ColumnStore {
+  private root!: RootDatabase;
+  private segs!: Database<Buffer, SegKey>;
+  private meta!: Database<unknown, string>;
+  private readonly cache = new Map<string, { view: SegmentView; bytes: number }>();
+  private cacheBytes = 0;
+  private gate: Promise<void> | undefined;
+  readonly file: string;
+
+  private constructor(
+    dataDir: string,
+    private readonly readOnly: boolean,
+  ) {
+    this.file = path.join(dataDir, FILE);
+    this.openEnv();
+  }
+
+  static open(dataDir: string, opts: { readOnly?: boolean } = {}): ColumnStore {
+    return new ColumnStore(dataDir, opts.readOnly === true);
+  }
+
+  /** Whether a data directory has a columns file (a read-only tool on an older directory finds none). */
+  static exists(dataDir: string): boolean {
+    return existsSync(path.join(dataDir, FILE));
+  }
+
+  private openEnv(): void {
+    this.root = open({ path: this.file, mapSize: MAP_SIZE, maxDbs: 4, noSubdir: true, readOnly: this.readOnly });
+    this.segs = this.root.openDB<Buffer, SegKey>({ name: 'segments', encoding: 'binary' });
+    this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
+  }
+
+  /** Every event up to this log sequence is in a stored segment. */
+  marker(): number {
+    return (this.meta.get(MARKER) as number | undefined) ?? 0;
+  }
+
+  /** Resolves once no compaction is swapping the file. */
+  async settled(): Promise<void> {
+    while (this.gate) await this.gate;
+  }
+
+  /** The sealed segments of one project-day, in segment order (decoded views, cached). */
+  day(projectId: string, day: string): StoredSegment[] {
+    const out: StoredSegment[] = [];
+    for (const { key, value } of this.segs.getRange({ start: [projectId, day, 0], end: [projectId, day, Number.MAX_SAFE_INTEGER] })) {
+      const ck = `${projectId}\u0000${day}\u0000${key[2]}`;
+      let hit = this.cache.get(ck);
+      if (hit) {
+        this.cache.delete(ck); // most recent last
+        this.cache.set(ck, hit);
+      } else {
+        hit = { view: decodeSegment(value), bytes: value.byteLength };
+        this.cache.set(ck, hit);
+        this.cacheBytes += hit.bytes;
+        for (const [k, v] of this.cache) {
+          if (this.cacheBytes <= CACHE_BYTES) break;
+          this.cache.delete(k);
+          this.cacheBytes -= v.bytes;
+        }
+      }
+      out.push({ segNo: key[2], view: hit.view });
+    }
+    return out;
+  }
+
+  /** Writes segments and the marker in one transaction. */
+  async write(segments: Array<{ projectId: string; day: string; segNo: number; bytes: Uint8Array }>, marker: number): Promise<void> {
+    await this.settled();
+    await this.root.transaction(() => {
+      for (const s of segments) this.segs.putSync([s.projectId, s.day, s.segNo], Buffer.from(s.bytes.buffer, s.bytes.byteOffset, s.bytes.byteLength));
+      if (marker > this.marker()) this.meta.putSync(MARKER, marker);
+    });
+  }
+
+  /** Removes every segment of a project, then compacts the file so none of its bytes stay in freed pages. */
+  async eraseProject(projectId: string): Promise<number> {
+    await this.settled();
+    let n = 0;
+    await this.root.transaction(() => {
+      for (const k of this.segs.getKeys({ start: [projectId] })) {
+        if (k[0] !== projectId) break;
+        this.segs.removeSync(k);
+        n++;
+      }
+    });
+    this.forget((k) => k.startsWith(`${projectId}\u0000`));
+    if (n > 0) await this.compact();
+    return n;
+  }
+
+  /**
+   * Rebuild: removes every segment that starts at or after `fromSeq` (the log still has all of it) and sets the marker
+   * below it. Segments that start before (retention trimmed the log there) stay: they are the only history left, and
+   * the fold skips the events they already hold.
+   */
+  async clearFrom(fromSeq: number): Promise<number> {
+    let n = 0;
+    await this.root.transaction(() => {
+      for (const { key, value } of this.segs.getRange()) {
+        if (fromSeq > 1 && decodeSegment(value).firstSeq < fromSeq) continue;
+        this.segs.removeSync(key);
+        n++;
+      }
+      this.meta.putSync(MARKER, fromSeq - 1);
+    });
+    this.forget(() => true);
+    return n;
+  }
+
+  /** Every stored segment, verified (check): its checksum and header, and that it decodes. */
+  *verifyAll(): Generator<{ projectId: string; day: string; segNo: number; events: number; bytes: number; problem?: string }> {
+    for (const { key, value } of this.segs.getRange()) {
+      const [projectId, day, segNo] = key;
+      let problem = verifySegment(value, crc);
+      let events = 0;
+      if (!problem) {
+        try {
+          const v = decodeSegment(value);
+          events = v.n;
+          for (const c of ['name', 'path'] as const) v.dict(c);
+          v.userDict();
+          v.visitDict();
+        } catch (err) {
+          problem = err instanceof Error ? err.message : String(err);
+        }
+      }
+      yield { projectId, day, segNo, events, bytes: value.byteLength, problem };
+    }
+  }
+
+  /** Stored segment bytes and events (bench: bytes per event). */
+  size(): { segments: number; events: number; bytes: number } {
+    let segments = 0;
+    let events = 0;
+    let bytes = 0;
+    for (const { value } of this.segs.getRange()) {
+      segments++;
+      bytes += value.byteLength;
+      events += decodeSegment(value).n;
+    }
+    return { segments, events, bytes };
+  }
+
+  private forget(which: (key: string) => boolean): void {
+    for (const [k, v] of this.cache) {
+      if (!which(k)) continue;
+      this.cache.delete(k);
+      this.cacheBytes -= v.bytes;
+    }
+  }
+
+  /** Copies the environment with compaction (live pages only) and swaps the copy in; writes wait meanwhile. */
+  private async compact(): Promise<void> {
+    let release!: () => void;
+    this.gate = new Promise<void>((r) => (release = r));
+    const tmp = `${this.file}.compact`;
+    try {
+      rmSync(tmp, { force: true });
+      await this.root.flushed;
+      await this.root.backup(tmp, true);
+      await this.root.close();
+      renameSync(tmp, this.file);
+      this.openEnv();
+    } finally {
+      rmSync(tmp, { force: true });
+      this.gate = undefined;
+      release();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.settled();
+    await this.root.close();
+  }
+}
+

@@ -1,0 +1,81 @@
+// The LMDB walk run in a short-lived child process by lmdb-probe.ts: opens the environment read-only, reads every
+// key and value of every table while a budget of records lasts (and checks that each table holds as many records as
+// its header counts), and samples the tables past the budget by random lookups and both ends. LMDB has no checksums: damage to its own pages makes the native code crash (SIGSEGV,
+// SIGBUS) or abort on an assertion, so this runs where that ends only this process. Plain JavaScript so the child starts without a TypeScript loader (~50 ms instead of ~400 ms).
+// Prints one JSON line: { ok, problem?, tables, records, sampled, bytes, ms }.
+import { statSync } from 'node:fs';
+import { open } from 'lmdb';
+
+const [file, budgetArg] = process.argv.slice(2);
+/** Records walked one by one in all (lmdb-probe.ts passes WALK_BUDGET_RECORDS): past it, tables are sampled. */
+const budget = Number(budgetArg ?? 500_000);
+/** Random descents into a table too big to walk: each reads the branch pages down to one leaf (~5 µs). */
+const SAMPLE_DESCENTS = 20_000;
+/** Keys read at each end of a sampled table (new pages are taken at the end of the file). */
+const SAMPLE_RUN = 8;
+const started = performance.now();
+const say = (out) => {
+  process.stdout.write(`${JSON.stringify({ ...out, ms: Math.round(performance.now() - started) })}\n`);
+  process.exit(0);
+};
+let tables = 0;
+let records = 0;
+let bytes = 0;
+let sampled = 0;
+try {
+  const size = statSync(file).size;
+  const env = open({ path: file, noSubdir: true, readOnly: true, maxDbs: 64 });
+  const stats = env.getStats();
+  const reach = (stats.lastPageNumber + 1) * stats.pageSize;
+  // LMDB may count a page it allocated but never wrote (freed in the same transaction), so a short file is damage
+  // only if the walk reaches past its end (SIGBUS): this line is then the parent's explanation.
+  if (reach > size) process.stderr.write(`the file is ${size} bytes long; its pages reach ${reach} bytes\n`);
+  // names first: opening a table while a cursor walks the table of tables spoils its read transaction
+  const names = [...env.getKeys()];
+  const dbs = names.map((name) => {
+    if (typeof name !== 'string') say({ ok: false, problem: 'the table of tables holds a name that is not text' });
+    const db = env.openDB({ name, encoding: 'binary', keyEncoding: 'binary', create: false });
+    return { name, db, count: db.getStats().entryCount };
+  });
+  // the smallest tables are walked whole first; what the budget cannot cover is sampled
+  let left = budget;
+  for (const { name, db, count } of dbs.sort((a, b) => a.count - b.count)) {
+    if (count <= left) {
+      // keys and values: values of small tables are read too; the log's entries carry their own checksums
+      let n = 0;
+      for (const { key, value } of db.getRange()) {
+        n++;
+        bytes += key.length + value.length;
+      }
+      if (n !== count) say({ ok: false, problem: `table ${name}: ${n} records walked but its header counts ${count}` });
+      left -= n;
+      records += n;
+    } else {
+      // random keys between the first and the last (their common prefix, then a byte between theirs): lookups
+      // spread over the table's leaves, each descending from the root (cheaper than opening a cursor there)
+      const first = [...db.getKeys({ limit: 1 })][0];
+      const last = [...db.getKeys({ reverse: true, limit: 1 })][0];
+      if (first && last) {
+        let common = 0;
+        while (common < first.length && common < last.length && first[common] === last[common]) common++;
+        const lo = first[common] ?? 0;
+        const hi = last[common] ?? 255;
+        for (let i = 0; i < SAMPLE_DESCENTS; i++) {
+          const probe = Buffer.alloc(common + 4);
+          first.copy(probe, 0, 0, common);
+          probe[common] = lo + Math.floor(Math.random() * (hi - lo + 1));
+          for (let j = common + 1; j < probe.length; j++) probe[j] = Math.floor(Math.random() * 256);
+          bytes += db.get(probe)?.length ?? 0;
+        }
+      }
+      // both ends: new pages are taken at the end of the file
+      for (const key of db.getKeys({ limit: SAMPLE_RUN })) bytes += key.length;
+      for (const key of db.getKeys({ reverse: true, limit: SAMPLE_RUN })) bytes += key.length;
+      sampled++;
+    }
+    tables++;
+  }
+  say({ ok: true, tables, records, sampled, bytes });
+} catch (err) {
+  say({ ok: false, problem: err instanceof Error ? err.message : String(err) });
+}

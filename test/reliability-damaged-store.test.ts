@@ -1,0 +1,156 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { MAGIC } from '../src/store/snapshot-format.ts';
+import { pv, storedEvents } from './contract-helpers.ts';
+import { api, createProject, startTestService } from './helpers.ts';
+import { startServiceProcess } from './service-process.ts';
+
+/**
+ * Damage to the store's own files is named, never silent: one damaged remembered eventId no longer makes every
+ * remembered id forgotten (the table is checked against the log's last 48 h and rebuilt from it).
+ */
+
+const BATCHES = 10;
+const PER_BATCH = 100;
+const idOf = (b: number, i: number) => `evt-${b}-${i}-${'0123456789abcdef'.repeat(2)}`;
+const batchOf = (b: number) => Array.from({ length: PER_BATCH }, (_, i) => pv(`/d-${b}-${i}`, { sessionId: `s${b}-${i}`, eventId: idOf(b, i) }));
+
+/** Runs a command to its end (or to the service's address line, then kills it): exit code, signal and output. */
+function runToEnd(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; signal: NodeJS.Signals | null; output: string }> {
+  const proc = spawn(process.execPath, args, { env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_QUIET: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const on = (c: Buffer) => {
+    out += c.toString();
+    if (/HTTP http:\/\//.test(out)) proc.kill('SIGKILL'); // it started: the test reports that below
+  };
+  proc.stdout!.on('data', on);
+  proc.stderr!.on('data', on);
+  return new Promise((resolve) => proc.once('close', (code, signal) => resolve({ code, signal, output: out })));
+}
+
+async function waitFor(output: () => string, re: RegExp, ms = 15_000): Promise<string> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const m = re.exec(output());
+    if (m) return m[0];
+    if (Date.now() > until) throw new Error(`no line matching ${re} in: ${output().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('one stored eventId damaged in a copy of a real data dir: the service names the damaged record, rebuilds the ids from the log, and a resend of every acknowledged batch counts nothing twice', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-idsdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  let child: Awaited<ReturnType<typeof startServiceProcess>> | undefined;
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    const key = p.keys.secret;
+    for (let b = 0; b < BATCHES; b++) assert.equal((await api(svc.url, '/analytics', { key, body: batchOf(b) })).status, 200);
+    await svc.stop();
+
+    const damaged = path.join(work, 'damaged');
+    cpSync(svc.dataDir, damaged, { recursive: true });
+    rmSync(path.join(damaged, 'snapshots'), { recursive: true, force: true });
+    const file = path.join(damaged, 'analytics.lmdb');
+    const bytes = readFileSync(file);
+    // the remembered id's key is the project id and the eventId side by side (the log holds its ids compressed)
+    // (a page may hold a stale copy of a record in its free space: every copy is damaged)
+    const id = Buffer.from(idOf(5, 50));
+    let copies = 0;
+    for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
+      assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(p.project.id)), 'found in the remembered ids, next to its project');
+      // 16 bytes: the id's last 8 and the receive time stored after it
+      for (let i = at + id.length - 8; i < at + id.length + 8; i++) bytes[i] = bytes[i]! ^ 0xff;
+      copies++;
+    }
+    assert.ok(copies > 0, 'the eventId is in the file');
+    writeFileSync(file, bytes);
+
+    child = await startServiceProcess(damaged, svc.adminKey);
+    const named = await waitFor(child.output, /remembered eventIds: 1 damaged record\(s\) in \S*analytics\.lmdb \(table event_ids\) skipped[^\n]*/);
+    assert.match(named, /rebuilding the table from the log/);
+    // resent at once: the rebuild may still be running, and writes wait for it
+    for (let b = 0; b < BATCHES; b++) {
+      assert.equal((await api(child.url, '/analytics', { key, body: batchOf(b) })).status, 200);
+      assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, `batch ${b} was acknowledged before: nothing counted again`);
+    }
+    assert.match(await waitFor(child.output, /remembered eventIds: checked against \d+ log records[^\n]*/), /[1-9]\d* missing id\(s\) rebuilt from the log/);
+    assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, 'totals unchanged');
+  } finally {
+    child?.proc.kill('SIGKILL');
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
+/** Damage to LMDB's own pages, each made in a copy of a real data directory (kept identical otherwise). */
+const DAMAGES: Array<[string, (b: Buffer) => Buffer]> = [
+  ['meta page 0, bytes 16..80 flipped', (b) => {
+    for (let i = 16; i < 80; i++) b[i] = b[i]! ^ 0xff;
+    return b;
+  }],
+  ['the file cut to half', (b) => b.subarray(0, Math.floor(b.length / 2))],
+  ['the 4 KiB page holding an eventId flipped', (b) => {
+    const page = Math.floor(b.indexOf(Buffer.from(idOf(5, 50))) / 4096) * 4096;
+    assert.ok(page > 0);
+    for (let i = page; i < page + 4096; i++) b[i] = b[i]! ^ 0xff;
+    return b;
+  }],
+];
+
+test('damaged LMDB pages (meta page, cut short, a garbled page): the service refuses to start naming the file and both ways out, exit 1, no crash; `analytics check` finds the same damage', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-lmdbdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    for (let b = 0; b < BATCHES; b++) assert.equal((await api(svc.url, '/analytics', { key: p.keys.secret, body: batchOf(b) })).status, 200);
+    await svc.stop();
+    for (const [name, damage] of DAMAGES) {
+      const dir = path.join(work, name.replace(/\W+/g, '-'));
+      cpSync(svc.dataDir, dir, { recursive: true });
+      const file = path.join(dir, 'analytics.lmdb');
+      writeFileSync(file, damage(readFileSync(file)));
+      const started = await runToEnd(['--import', 'tsx', 'src/main.ts'], { ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: svc.adminKey });
+      assert.equal(started.signal, null, `${name}: no crash`);
+      assert.equal(started.code, 1, `${name}: refused, exit 1: ${started.output}`);
+      assert.ok(started.output.includes(`${file} is damaged`), `${name}: names the file: ${started.output}`);
+      assert.match(started.output, /restore the newest backup \(`analytics backup DEST`/, name);
+      assert.match(started.output, /npx analytics repair --yes/, name);
+      assert.doesNotMatch(started.output, /core dumped|Segmentation|Bus error|Assertion|\n\s+at /, `${name}: one message, no crash output or stack`);
+      const checked = await runToEnd(['bin/analytics.js', 'check', '--data-dir', dir]);
+      assert.equal(checked.code, 1, `${name}: check exits 1: ${checked.output}`);
+      assert.ok(checked.output.includes(`lmdb: ${file} is damaged`), `${name}: check lists it: ${checked.output}`);
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
+test('a damaged snapshot header: the log names the snapshot file and that it was skipped, and the log replay counts every event', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-snapdamage-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  let child: Awaited<ReturnType<typeof startServiceProcess>> | undefined;
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    for (let b = 0; b < 2; b++) assert.equal((await api(svc.url, '/analytics', { key: p.keys.secret, body: batchOf(b) })).status, 200);
+    await svc.stop(); // writes the final snapshot
+    const dir = path.join(svc.dataDir, 'snapshots');
+    const names = readdirSync(dir).filter((f) => /^snapshot-\d+\.bin$/.test(f));
+    assert.ok(names.length > 0, `a snapshot was written: ${readdirSync(dir).join(', ')}`);
+    const file = path.join(dir, names.sort().at(-1)!);
+    const bytes = readFileSync(file);
+    bytes.writeUInt32LE(0xffffff00, MAGIC.length); // the header frame's length
+    writeFileSync(file, bytes);
+    child = await startServiceProcess(svc.dataDir, svc.adminKey);
+    assert.equal(await storedEvents(child.url, p.keys.secret), 2 * PER_BATCH);
+    assert.ok(child.output().includes(`snapshot ${file} skipped`), child.output());
+    assert.match(child.output(), /damaged: 4294967040 bytes are asked for at byte \d+, but the file ends at byte/);
+    assert.doesNotMatch(child.output(), /The value of "length" is out of range/);
+  } finally {
+    child?.proc.kill('SIGKILL');
+    rmSync(work, { recursive: true, force: true });
+  }
+});
