@@ -44,14 +44,36 @@ export class Remote {
     throw new CliError(describe(res.status, res.body));
   }
 
-  /** The raw answer (for callers that handle 429 themselves). */
-  async send(method: string, route: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
+  /** A GET whose body the caller streams (an export); a refusal becomes CliError. */
+  async stream(route: string): Promise<Response> {
     let res: Response;
+    try {
+      res = await fetch(this.base + route, { headers: { authorization: `Bearer ${this.key}` } });
+    } catch (err) {
+      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+      throw new CliError(`cannot reach ${this.base}${cause}`);
+    }
+    if (res.ok) return res;
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      /* not JSON: keep the text */
+    }
+    throw new CliError(describe(res.status, parsed));
+  }
+
+  /** The raw answer (for callers that handle 429 themselves). */
+  async send(method: string, route: string, body?: unknown, json?: string): Promise<{ ok: boolean; status: number; body: unknown; retryAfter: number | undefined }> {
+    let res: Response;
+    // `json`: the body already serialized (import joins the lines it has encoded once)
+    const sent = json ?? (body === undefined ? undefined : JSON.stringify(body));
     try {
       res = await fetch(this.base + route, {
         method,
-        headers: { authorization: `Bearer ${this.key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
+        headers: { authorization: `Bearer ${this.key}`, ...(sent === undefined ? {} : { 'content-type': 'application/json' }) },
+        body: sent,
       });
     } catch (err) {
       const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';

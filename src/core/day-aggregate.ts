@@ -328,6 +328,8 @@ export class DayAggregate implements RangePart {
   lastSeq = 0;
   /** true once the reducer has handed the day over for sealing */
   sealing = false;
+  /** receive time before which a day that took history stays live (HISTORY_QUIET_MS after its last history event) */
+  heldUntil = 0;
   private state: DayState | undefined;
   private stored: StoredDay | undefined;
 

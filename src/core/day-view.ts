@@ -47,7 +47,8 @@ export interface SealedSource {
 /**
  * Two parts of one day's figures added: the live day and a sealed segment of the same date, or two sealed segments
  * (events that arrived after the day was sealed, only possible when the server clock jumped back further than the seal
- * margin). Counts add; users add too, an upper bound, since the parts' sessions and users cannot be told apart any more.
+ * margin, or history imported after the day was sealed). Counts add; users add here too, and readers that hold the
+ * parts replace a day's users with the union of its parts' users (metrics headline, month rollups).
  */
 export function addFigures(a: DayFigures, b: DayFigures): DayFigures {
   return {

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { isValidDate } from './dates.ts';
 import {
   MAX_COUNTRY,
+  MAX_DERIVED_NAME,
   MAX_DEVICE,
   MAX_EVENT_ID,
   MAX_EVENT_NAME,
@@ -121,6 +122,17 @@ export const EventSchema = z
 
 export type EventInput = z.infer<typeof EventSchema>;
 
+/**
+ * History mode (POST /projects/{id}/history): the same event, plus what export writes. `timestamp` is required, and
+ * the values the service derived at ingestion may come along, kept as given instead of derived again: `source`
+ * (traffic source), `browser`, `os`. Other derived values already have their field (sessionId, country, device).
+ */
+export const HISTORY_FIELDS = ['source', 'browser', 'os'] as const;
+export type HistoryExtras = Partial<Record<(typeof HISTORY_FIELDS)[number], string>>;
+
+export type ParseMode = 'live' | 'history';
+
+
 export interface FieldIssue {
   path: string;
   message: string;
@@ -128,9 +140,15 @@ export interface FieldIssue {
 
 export type EventParse = { ok: true; event: EventInput } | { ok: false; issues: FieldIssue[] };
 
-export function parseEvent(raw: unknown): EventParse {
+export function parseEvent(raw: unknown, mode: ParseMode = 'live'): EventParse {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     return { ok: false, issues: [{ path: '', message: 'an event must be a JSON object' }] };
+  }
+  if (mode === 'history') {
+    const issues = historyIssues(raw as Record<string, unknown>);
+    const base = parseEvent(raw, 'live');
+    if (issues.length === 0) return base;
+    return { ok: false, issues: base.ok ? issues : [...base.issues, ...issues] };
   }
   // zod returns a copy equal in content to a valid input, so a plainly valid event can skip it.
   if (isPlainlyValid(raw as Record<string, unknown>)) return { ok: true, event: raw as EventInput };
@@ -140,6 +158,20 @@ export function parseEvent(raw: unknown): EventParse {
     ok: false,
     issues: r.error.issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message })),
   };
+}
+
+/** What history mode adds to the live rules: a timestamp is required, and the derived names are short strings. */
+function historyIssues(o: Record<string, unknown>): FieldIssue[] {
+  const issues: FieldIssue[] = [];
+  if (o.timestamp === undefined) issues.push({ path: 'timestamp', message: 'is required for history (each event counts in its own day)' });
+  for (const name of HISTORY_FIELDS) {
+    const v = o[name];
+    if (v === undefined) continue;
+    if (typeof v !== 'string' || v.length < 1 || v.length > MAX_DERIVED_NAME) {
+      issues.push({ path: name, message: `must be a string of 1 to ${MAX_DERIVED_NAME} characters` });
+    }
+  }
+  return issues;
 }
 
 /**

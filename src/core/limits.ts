@@ -41,6 +41,19 @@ export const MAX_PROJECT_ID = 128;
 export const MAX_PAST_MS = 31 * 24 * 3600 * 1000;
 /** CONTRACT: timestamps ahead of the server clock by more than this are refused. */
 export const MAX_FUTURE_MS = 5 * 60 * 1000;
+/** CONTRACT (History): the earliest event time POST /projects/{id}/history takes; no web analytics predates it. */
+export const HISTORY_MIN_TS = Date.UTC(2000, 0, 1);
+/**
+ * A day that took history is kept live this long (receive time) after its last history event, past its seal time:
+ * an import sends a day in consecutive batches, and sealing between two of them would split its visits into two
+ * segments (counted twice). Two seconds covers batches a CLI sends back to back; the heap holds only the days an
+ * import touched in the last two seconds.
+ */
+export const HISTORY_QUIET_MS = 2_000;
+/** A derived name an import may carry (source, browser, OS): a referrer host is at most 253 characters. */
+export const MAX_DERIVED_NAME = 256;
+/** CONTRACT (History): an export covers at most ten years (3,653 days, leap days included). */
+export const MAX_EXPORT_DAYS = 3653;
 /** A day's last instant is at most this long after its UTC midnight (its end at UTC-12, the westernmost zone). */
 export const LATEST_DAY_END_MS = 36 * 3600 * 1000;
 /**

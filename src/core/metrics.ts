@@ -17,7 +17,7 @@ export interface RangeQuery {
 export type RangeResult = { ok: true; from: string; to: string } | { ok: false; message: string };
 
 /** The contract's date rules: none = today, `date`, or `from` with optional `to` (default today). */
-export function resolveRange(q: RangeQuery, today: string): RangeResult {
+export function resolveRange(q: RangeQuery, today: string, maxDays: number = MAX_RANGE_DAYS): RangeResult {
   if (q.date !== undefined && (q.from !== undefined || q.to !== undefined)) {
     return { ok: false, message: '`date` cannot be combined with `from`/`to`' };
   }
@@ -35,8 +35,8 @@ export function resolveRange(q: RangeQuery, today: string): RangeResult {
     return { ok: false, message: `dates must lie between ${MIN_QUERY_DATE} and ${MAX_QUERY_DATE}` };
   }
   if (from > to) return { ok: false, message: '`from` must not be after `to`' };
-  if (daysBetween(from, to) > MAX_RANGE_DAYS) {
-    return { ok: false, message: `a range covers at most ${MAX_RANGE_DAYS} days` };
+  if (daysBetween(from, to) > maxDays) {
+    return { ok: false, message: `a range covers at most ${maxDays} days` };
   }
   return { ok: true, from, to };
 }
@@ -92,6 +92,7 @@ function headline(parts: readonly RangePart[], from: string, to: string): Compar
   const byDate = new Map<string, DayFigures>();
   /** parts with at least one user, and how many days they cover (a one-day range is exact from its figures) */
   const withUsers: RangePart[] = [];
+  const dayParts = new Map<string, RangePart[]>();
   let userDays = 0;
   let sessions = 0;
   let pageviews = 0;
@@ -111,8 +112,19 @@ function headline(parts: readonly RangePart[], from: string, to: string): Compar
       bots += f.bots;
       const seen = byDate.get(f.date);
       byDate.set(f.date, seen ? addFigures(seen, f) : f);
+      if (f.users > 0) {
+        const of = dayParts.get(f.date);
+        if (of) of.push(part);
+        else dayParts.set(f.date, [part]);
+      }
     }
     if (users > 0) withUsers.push(part);
+  }
+  // A day in several parts (segments sealed apart, e.g. history imported after the day was sealed): its users are
+  // the union of the parts' users, not their sum. Only day parts share a date (a month rollup is alone in its days).
+  for (const [date, of] of dayParts) {
+    if (of.length < 2 || of.some((x) => x.figures().length !== 1)) continue;
+    byDate.set(date, { ...byDate.get(date)!, users: distinctUsers(of) });
   }
   const daily: DailyFigures[] = [];
   for (const date of eachDay(from, to)) {

@@ -1,7 +1,7 @@
 import { dayOf } from './dates.ts';
 import type { EventInput } from './event-schema.ts';
-import { isoMillis, KNOWN_FIELDS } from './event-schema.ts';
-import { MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
+import { HISTORY_FIELDS, isoMillis, KNOWN_FIELDS } from './event-schema.ts';
+import { HISTORY_MIN_TS, MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
 import type { LineItem, Scalar, StoredEvent } from './types.ts';
 
 /** What the engine has worked out about the request and the event before it can be stored. */
@@ -25,6 +25,11 @@ export interface NormalizeContext {
   os?: string | undefined;
   /** the project's `tracked_props`: their values are stamped into the record */
   trackedProps?: readonly string[] | undefined;
+  /**
+   * POST /projects/{id}/history: the timestamp may lie back to 2000-01-01, the record is marked `h`, and the derived
+   * fields an export wrote (HISTORY_FIELDS) are taken out of the page context (the caller passed them as facts).
+   */
+  history?: boolean;
 }
 
 export type NormalizeResult = { ok: true; event: StoredEvent } | { ok: false; path: string; message: string };
@@ -36,12 +41,14 @@ const known = new Set<string>(KNOWN_FIELDS);
 export function normalizeEvent(input: EventInput, ctx: NormalizeContext): NormalizeResult {
   const ts = eventTime(input.timestamp, ctx.now);
   if (ts === undefined) return { ok: false, path: 'timestamp', message: 'not a valid time' };
-  if (ts < ctx.now - MAX_PAST_MS) {
-    // A clock in seconds (Unix time) reads as 1970 in milliseconds: say so rather than "in the past".
-    if (typeof input.timestamp === 'number' && inWindow(ts * 1000, ctx.now)) {
+  const oldest = ctx.history ? HISTORY_MIN_TS : ctx.now - MAX_PAST_MS;
+  if (ts < oldest) {
+    // A clock in seconds (Unix time) reads as 1970 in milliseconds: say so rather than "in the past" (history too).
+    if (typeof input.timestamp === 'number' && ts * 1000 >= oldest && ts * 1000 <= ctx.now + MAX_FUTURE_MS) {
       return { ok: false, path: 'timestamp', message: `looks like seconds since epoch (${ts}); milliseconds since epoch are expected (${ts * 1000})` };
     }
-    return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past' };
+    if (ctx.history) return { ok: false, path: 'timestamp', message: 'is before 2000-01-01' };
+    return { ok: false, path: 'timestamp', message: 'is more than 31 days in the past (older events: POST /projects/{id}/history)' };
   }
   if (ts > ctx.now + MAX_FUTURE_MS) return { ok: false, path: 'timestamp', message: 'is more than 5 minutes in the future' };
 
@@ -82,13 +89,10 @@ export function normalizeEvent(input: EventInput, ctx: NormalizeContext): Normal
     const props = trackedValues(out.params, ctx.trackedProps);
     if (props) out.props = props;
   }
-  const pageContext = pickContext(input, ctx.context);
+  const pageContext = pickContext(input, ctx.context, ctx.history === true);
   if (pageContext) out.ctx = pageContext;
+  if (ctx.history) out.h = 1;
   return { ok: true, event: out };
-}
-
-function inWindow(ms: number, now: number): boolean {
-  return ms >= now - MAX_PAST_MS && ms <= now + MAX_FUTURE_MS;
 }
 
 function eventTime(t: number | string | undefined, now: number): number | undefined {
@@ -134,10 +138,13 @@ function trackedValues(params: Record<string, Scalar>, tracked: readonly string[
   return out;
 }
 
-function pickContext(input: EventInput, derived: Record<string, string> | undefined): Record<string, unknown> | undefined {
+const knownInHistory = new Set<string>([...KNOWN_FIELDS, ...HISTORY_FIELDS]);
+
+function pickContext(input: EventInput, derived: Record<string, string> | undefined, history: boolean): Record<string, unknown> | undefined {
   let ctx: Record<string, unknown> | undefined;
+  const skip = history ? knownInHistory : known;
   for (const key of Object.keys(input)) {
-    if (known.has(key)) continue;
+    if (skip.has(key)) continue;
     (ctx ??= {})[key] = (input as Record<string, unknown>)[key];
   }
   if (derived) for (const [k, v] of Object.entries(derived)) if (!(ctx && k in ctx)) (ctx ??= {})[k] = v;

@@ -65,12 +65,16 @@ export function sealDay(d: DayAggregate): SealedDay {
 /** Merges the sealed days of one month (any order, any number of segments per day) into its rollup. */
 export function rollupMonth(month: string, days: readonly SealedDay[]): SealedMonth {
   const byDate = new Map<string, DayFigures>();
+  const segments = new Map<string, SealedDay[]>();
   const sums = new Map<string, Map<string, number>>();
   let exact: NumberSet | undefined = new NumberSet();
   let sketch: HyperLogLog | undefined;
   for (const d of days) {
     const f = byDate.get(d.date);
     byDate.set(d.date, f ? addFigures(f, d.figures) : { ...d.figures });
+    const of = segments.get(d.date);
+    if (of) of.push(d);
+    else segments.set(d.date, [d]);
     for (const [name, pairs] of Object.entries(d.breakdowns)) {
       let m = sums.get(name);
       if (!m) sums.set(name, (m = new Map()));
@@ -90,6 +94,8 @@ export function rollupMonth(month: string, days: readonly SealedDay[]): SealedMo
       exact = undefined;
     }
   }
+  // A day sealed in several segments: its users are their union, not their sum.
+  for (const [date, of] of segments) if (of.length > 1) byDate.set(date, { ...byDate.get(date)!, users: unionUsers(of) });
   const breakdowns: Record<string, Pairs> = {};
   for (const [name, m] of sums) breakdowns[name] = [...m];
   const out: SealedMonth = {
@@ -103,6 +109,20 @@ export function rollupMonth(month: string, days: readonly SealedDay[]): SealedMo
   return out;
 }
 
+/** Distinct users of several segments of one day: exact from their hashes, else a sketch merge (within 1 %). */
+export function unionUsers(segments: readonly SealedDay[]): number {
+  if (segments.every((d) => d.userHashes !== undefined)) {
+    const union = new NumberSet();
+    for (const d of segments) for (const u of d.userHashes!) union.add(u);
+    return union.size;
+  }
+  const merged = new HyperLogLog();
+  for (const d of segments) {
+    if (d.sketch) merged.merge(new HyperLogLog(d.sketch));
+    else if (d.userHashes) for (const u of d.userHashes) merged.add(u);
+  }
+  return merged.estimate();
+}
 
 /** A sealed day or month as a RangePart. */
 export class SealedPart implements RangePart {

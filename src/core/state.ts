@@ -1,7 +1,7 @@
 import { DayAggregate } from './day-aggregate.ts';
 import { utcMidnight, utcMonthOf } from './dates.ts';
 import { hash53 } from './hash.ts';
-import { DEDUP_PRUNE_MARGIN_MS, DEDUP_WINDOW_MS, LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
+import { DEDUP_PRUNE_MARGIN_MS, DEDUP_WINDOW_MS, HISTORY_QUIET_MS, LATEST_DAY_END_MS, MAX_PAST_MS, MONTHLY_KEPT_MS, REALTIME_KEPT_MS, RECENT_RING_SIZE, SEAL_MARGIN_MS } from './limits.ts';
 import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { BotRecord, FoldRecord, StoredEvent } from './types.ts';
@@ -74,6 +74,15 @@ export class AnalyticsState {
  */
 export function sealAt(day: string): number {
   return utcMidnight(day) + LATEST_DAY_END_MS + MAX_PAST_MS + SEAL_MARGIN_MS;
+}
+
+/**
+ * When a live day is sealed: at sealAt, or, for a day that took history, once the import has left it alone for
+ * HISTORY_QUIET_MS (so an old day goes to its sealed form within seconds, whole, not batch by batch).
+ */
+export function sealTimeOf(d: DayAggregate): number {
+  const at = sealAt(d.day);
+  return d.heldUntil > at ? d.heldUntil : at;
 }
 
 /**
@@ -188,7 +197,16 @@ export function rememberedIdCount(state: AnalyticsState): number {
 
 function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {
   const session = hash53(e.sessionId);
-  state.day(p, e.day, seq).apply(e, session);
+  const day = state.day(p, e.day, seq);
+  day.apply(e, session);
+  if (e.h === 1) {
+    // History: counted in its day (the recent ring keeps it by its day: reads filter the ring by the range asked),
+    // but it is not live traffic and not against the allowance.
+    day.heldUntil = e.rt + HISTORY_QUIET_MS;
+    if (day.heldUntil < state.nextSealCheck) state.nextSealCheck = day.heldUntil;
+    p.recent.push({ day: e.day, ts: e.ts, event: e.event, url: e.url, referrer: e.referrer, source: e.source, country: e.country, device: e.device, sessionId: e.sessionId });
+    return;
+  }
   p.recent.push({
     day: e.day,
     ts: e.ts,
@@ -217,7 +235,7 @@ export function collectSealable(state: AnalyticsState): void {
   for (const [projectId, p] of state.projects) {
     for (const d of p.days.values()) {
       if (d.sealing) continue;
-      const at = sealAt(d.day);
+      const at = sealTimeOf(d);
       if (at <= now) {
         d.sealing = true;
         state.sealQueue.push({ projectId, day: d });

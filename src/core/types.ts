@@ -55,6 +55,11 @@ export interface StoredEvent {
   props?: Record<string, string>;
   /** page context: fields we keep but do not aggregate */
   ctx?: Record<string, unknown>;
+  /**
+   * 1: sent through POST /projects/{id}/history: counted in its own day like any event, but not live traffic (never
+   * in realtime), not against the monthly allowance, its eventId remembered for good instead of for 48 h.
+   */
+  h?: 1;
 }
 
 /** A bot hit: acknowledged, never counted as traffic, but counted in the project's `bots` figure. */

@@ -1,6 +1,6 @@
 import type { Config } from '../config.ts';
 import type { QueryEngine } from '../core/query/types.ts';
-import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { ReadQuery } from './read-query.ts';
@@ -27,6 +27,16 @@ export interface Backend {
   settled(): Promise<void>;
   /** was `eventId` stored (or is it in flight) for the project? A pre-check: cluster mode's fold is the authority */
   seen(projectId: string, eventId: string, now: number): boolean;
+  /**
+   * History (POST /projects/{id}/history, GET /projects/{id}/export): single node only for now (cluster mode has no
+   * store of history ids nor a log reader by project yet; the engine answers that it is not available there).
+   * `seenForGood`: was `eventId` stored for the project as history at any time, or live within 48 h, or is in flight?
+   */
+  seenForGood?(projectId: string, eventId: string, now: number): boolean;
+  /** the project's stored events of [from, to], in time order, in bounded chunks */
+  exportEvents?(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]>;
+  /** old days kept live for history past their seal time (tests, benches: sealed seconds after an import leaves them) */
+  historyDaysLive?(): number;
   /** events stored (or in flight) for the project this UTC month, as far as this node knows (the quota) */
   usedThisMonth(projectId: string, now: number): number;
   /** makes the records durable (LMDB commit or JetStream PubAck) before resolving; false = nothing stored, 503 */

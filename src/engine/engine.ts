@@ -4,6 +4,7 @@ import { dayOf, nextUtcMonthStart } from '../core/dates.ts';
 import { parseEvent } from '../core/event-schema.ts';
 import { guardJson } from '../core/json-guard.ts';
 import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import { MAX_EXPORT_DAYS } from '../core/limits.ts';
 import { compareRange, isCompareMode, resolveRange } from '../core/metrics.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
@@ -11,6 +12,7 @@ import { classifySource, type ClientFacts } from '../enrich/index.ts';
 import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Backend } from './backend.ts';
+import { historyBatch } from './history.ts';
 import { QuestionDesk } from './questions.ts';
 import { bearerKey, bearerToken, generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';
 import { decodeCursor, encodeCursor, isAfter, isLive, isRecord, keyView, zodDetails } from './lifecycle-helpers.ts';
@@ -32,6 +34,9 @@ import type {
   CreatedProject,
   EngineError,
   ErrorDetail,
+  ExportQuery,
+  ExportStream,
+  HistoryAck,
   FunnelResponse,
   Gate,
   GoalView,
@@ -283,6 +288,50 @@ export class Engine implements AnalyticsEngine {
     const bots = facts.bot ? records.length : 0;
     const counts = { stored, bot: bots, duplicate: events.length - stored - bots };
     return { ok: true, value: { ts: now, accepted: events.length, counts }, rate };
+  }
+
+  /**
+   * POST /projects/{id}/history (ak_, sk_ of the project): the batch rules of ingest in history mode (see history.ts),
+   * atomic like a live batch; not against the monthly allowance; eventIds remembered for good.
+   */
+  async history(meta: RequestMeta, projectId: string, events: unknown[]): Promise<Outcome<HistoryAck>> {
+    if (this.closing) return fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 });
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { project, rate } = gate.value;
+    const backend = this.backend;
+    if (!backend.seenForGood) return fail('unavailable', 'history import is not available in cluster mode yet', {}, rate);
+    if (events.length === 0) return fail('invalid_request', 'the batch is empty: send 1 to 500 events', {}, rate);
+    if (events.length > MAX_BATCH_EVENTS) {
+      return fail('payload_too_large', `a batch holds at most ${MAX_BATCH_EVENTS} events (got ${events.length})`, {}, rate);
+    }
+    await backend.settled();
+    const now = this.now();
+    const batch = historyBatch(project, events, backend.enricher, (id) => backend.seenForGood!(project.id, id, now), now);
+    if (batch.foreign) {
+      return fail('forbidden', `event ${batch.foreign.index} names project "${batch.foreign.projectId}", not "${project.id}"`, {}, rate);
+    }
+    if (batch.details.length > 0) {
+      const bad = new Set(batch.details.map((d) => d.index)).size;
+      return fail('invalid_event', `${bad} of ${events.length} events are invalid; nothing was stored`, { details: batch.details }, rate);
+    }
+    if (batch.records.length > 0) {
+      // stored = 0: history is not counted against the monthly allowance
+      const appended = await backend.commit(project.id, batch.records, batch.ids, 0);
+      if (!appended) return fail('unavailable', 'storage is not accepting writes; nothing was stored', { retryAfterSeconds: 1 }, rate);
+    }
+    return { ok: true, value: { accepted: batch.records.length, duplicates: batch.duplicates }, rate };
+  }
+
+  /** GET /projects/{id}/export (ak_, sk_ of the project): the range rules of GET /metrics, up to ten years. */
+  exportEvents(meta: RequestMeta, projectId: string, query: ExportQuery): Outcome<ExportStream> {
+    const gate = this.admitProject(meta, projectId);
+    if (!gate.ok) return gate;
+    const { project, rate } = gate.value;
+    if (!this.backend.exportEvents) return fail('unavailable', 'export is not available in cluster mode yet', {}, rate);
+    const range = resolveRange({ date: query.date, from: query.from, to: query.to }, dayOf(this.now(), project.timezone), MAX_EXPORT_DAYS);
+    if (!range.ok) return fail('invalid_request', range.message, {}, rate);
+    return { ok: true, value: { from: range.from, to: range.to, chunks: this.backend.exportEvents(project.id, range.from, range.to) }, rate };
   }
 
   // ---------------------------------------------------------------- reads
@@ -800,6 +849,11 @@ export class Engine implements AnalyticsEngine {
   /** For tests and benches: wait until every day handed over for sealing is written. */
   async sealingIdle(): Promise<void> {
     await this.backend.sealingIdle();
+  }
+
+  /** For tests and benches: live days that took history (sealed seconds after an import leaves them). */
+  historyDaysLive(): number {
+    return this.backend.historyDaysLive?.() ?? 0;
   }
 
   /** For tests and benches: write a snapshot now. */

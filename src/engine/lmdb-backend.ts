@@ -3,18 +3,20 @@ import path from 'node:path';
 import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
-import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import { apply, collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { QueryEngine } from '../core/query/types.ts';
 import { ColumnStore } from '../store/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb-catalog.ts';
+import type { HistoryIds } from '../store/history-ids.ts';
 import { assertEnvironmentSound, assertWritable } from '../store/lmdb-probe.ts';
 import { LogStore, type KeyRecord } from '../store/log-store.ts';
 import type { RememberedIds } from '../store/remembered-ids.ts';
 import type { SealedStore } from '../store/sealed-store.ts';
 import { SnapshotFiles } from '../store/snapshot-files.ts';
 import type { Backend, ReadRefusal, ReadView } from './backend.ts';
+import { exportEvents } from './history-export.ts';
 import { COLUMN_FLUSH_MS, ColumnProjection } from './column-projection.ts';
 import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
@@ -30,6 +32,11 @@ const RETENTION_SLICE = 10_000;
 const DAY_MS = 86_400_000;
 /** Re-check that storage accepts writes this often while idle (health). */
 const HEALTH_PROBE_EVERY_MS = 10_000;
+/**
+ * The fold's clock moves with the records it folds; when they stop (an import ended), days kept live for history
+ * (HISTORY_QUIET_MS) would wait for the next event. This often the clock is moved to now, so they are sealed.
+ */
+const CLOCK_TICK_EVERY_MS = 2_000;
 
 /**
  * Single-node mode (the default): the LMDB log, InlineFold (append → await the commit → fold in sequence order →
@@ -48,6 +55,7 @@ export class LmdbBackend implements Backend {
   private readonly sealed: SealedSource;
   private readonly sealedStore: SealedStore;
   private readonly ids: RememberedIds;
+  private readonly historyIds: HistoryIds;
   private readonly view: ReadView;
   /** the column store: answers POST /query and funnels */
   readonly questions: QueryEngine;
@@ -74,6 +82,7 @@ export class LmdbBackend implements Backend {
       }
     }
     this.ids = store.openRememberedIds();
+    this.historyIds = store.openHistoryIds();
     void this.ids.start(now(), log);
     this.sealedStore = store.openSealedStore();
     this.sealed = sealedSource(this.sealedStore);
@@ -126,6 +135,28 @@ export class LmdbBackend implements Backend {
     return this.pendingIds.get(projectId)?.has(eventId) === true || this.ids.has(projectId, eventId, now);
   }
 
+  seenForGood(projectId: string, eventId: string, now: number): boolean {
+    return this.seen(projectId, eventId, now) || this.historyIds.has(projectId, eventId);
+  }
+
+  exportEvents(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]> {
+    return exportEvents(this.store, projectId, from, to);
+  }
+
+  historyDaysLive(): number {
+    let n = 0;
+    // recent days stay live anyway (events may still arrive for them): only days past their seal time count
+    for (const p of this.state.projects.values()) for (const d of p.days.values()) if (d.heldUntil > 0 && sealAt(d.day) <= this.state.maxRt) n++;
+    return n;
+  }
+
+  /** Moves the fold's clock to `now` when no record did for a while, so days held live for history get sealed. */
+  private tick(now: number): void {
+    if (now <= this.state.maxRt || this.state.nextSealCheck > now) return;
+    apply(this.state, this.state.lastSeq, { t: 'k', rt: now });
+    this.sealer.kick();
+  }
+
   usedThisMonth(projectId: string, now: number): number {
     return storedThisMonth(this.state, projectId, now) + (this.pendingCounts.get(projectId) ?? 0);
   }
@@ -139,13 +170,16 @@ export class LmdbBackend implements Backend {
 
     const appendStarted = performance.now();
     // The ids are written in the append's own transaction: durable exactly when their events are.
-    const appended = this.store.append(records, () => this.ids.writeWith(records));
+    const appended = this.store.append(records, () => {
+      this.ids.writeWith(records);
+      this.historyIds.writeWith(records);
+    });
     let ok = false;
     const folded = this.foldTail.then(async () => {
       try {
         const first = await appended;
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
-        for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.ids.remember(r.p, r.eventId, r.rt);
+        for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) this.ids.remember(r.p, r.eventId, r.rt);
         this.snapshotter.fold(first, records);
         this.columns.fold(first, records);
         this.sealer.kick();
@@ -228,6 +262,10 @@ export class LmdbBackend implements Backend {
     every(PRUNE_EVERY_MS, async () => {
       await this.ids.expire(this.now());
       await this.applyRetention();
+    });
+    every(CLOCK_TICK_EVERY_MS, async () => {
+      await this.foldTail; // never between an append and its fold
+      this.tick(this.now());
     });
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {

@@ -36,6 +36,14 @@ export const QUERY_SCHEMAS = {
   '/projects/{id}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
   '/projects/{id}/keys': { GET: z.strictObject({}), POST: z.strictObject({}) },
   '/projects/{id}/keys/{keyId}': { PATCH: z.strictObject({}), DELETE: z.strictObject({}) },
+  '/projects/{id}/history': { POST: z.strictObject({}) },
+  '/projects/{id}/export': {
+    GET: z.strictObject({
+      date: param('one day, YYYY-MM-DD, in the project\'s timezone').optional(),
+      from: param('first day of an inclusive range of at most ten years, YYYY-MM-DD').optional(),
+      to: param('last day of the range (defaults to today); needs `from`').optional(),
+    }),
+  },
   '/projects/{id}/goals': { GET: z.strictObject({}), POST: z.strictObject({}) },
   '/projects/{id}/goals/{goalId}': { DELETE: z.strictObject({}) },
   '/query': { POST: z.strictObject({}) },
@@ -51,6 +59,7 @@ export function pageQuery(q: ListProjectsQueryParams): PageQuery {
   return { limit, cursor: q.cursor };
 }
 export type MetricsQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics']['GET']>;
+export type ExportQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/projects/{id}/export']['GET']>;
 export type RealtimeQueryParams = z.infer<(typeof QUERY_SCHEMAS)['/metrics/realtime']['GET']>;
 
 export type QueryCheck = { ok: true; value: Record<string, string> } | { ok: false; message: string; names: string[] };

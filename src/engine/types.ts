@@ -1,5 +1,5 @@
 import type { FunnelStepAnswer, QueryRow } from '../core/query/types.ts';
-import type { MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { KeyKind } from '../store/log-store.ts';
 
 /**
@@ -77,6 +77,26 @@ export interface IngestAck {
   accepted: number;
   /** what became of the events (operator metrics); faces answer only ts and accepted */
   counts?: { stored: number; duplicate: number; bot: number };
+}
+
+/** POST /projects/{id}/history: every event of the batch is either stored or a duplicate. */
+export interface HistoryAck {
+  accepted: number;
+  duplicates: number;
+}
+
+/** GET /projects/{id}/export: a range of days (GET /metrics rules, up to ten years). */
+export interface ExportQuery {
+  date?: string | undefined;
+  from?: string | undefined;
+  to?: string | undefined;
+}
+
+/** An admitted export: the days resolved, and the events in time order, a bounded chunk at a time. */
+export interface ExportStream {
+  from: string;
+  to: string;
+  chunks: AsyncGenerator<StoredEvent[]>;
 }
 
 export interface MetricsQuery {
@@ -192,6 +212,10 @@ export interface AnalyticsEngine {
   /** async: in cluster mode the read may wait for the fold (read barrier) or go to the partition's owner */
   metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>>;
   realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>>;
+  /** POST /projects/{id}/history: events of any day since 2000, each counted in its own day, once per eventId for good. */
+  history(meta: RequestMeta, projectId: string, events: unknown[]): Promise<Outcome<HistoryAck>>;
+  /** GET /projects/{id}/export: the stored events of the days, in time order, for the face to stream. */
+  exportEvents(meta: RequestMeta, projectId: string, query: ExportQuery): Outcome<ExportStream>;
   listProjects(meta: RequestMeta, page?: PageQuery): Outcome<ProjectPage>;
   createProject(meta: RequestMeta, body: unknown): Promise<Outcome<CreatedProject>>;
   updateProject(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ project: ProjectView }>>;

@@ -19,6 +19,7 @@ const json = (schema: Json, description: string): Json => ({ description, conten
 const COMPONENTS: Record<string, z.ZodType> = {
   Error: R.ErrorBody,
   IngestAck: R.IngestAck,
+  HistoryAck: R.HistoryAck,
   Metrics: R.MetricsBody,
   Realtime: R.RealtimeBody,
   Project: R.Project,
@@ -226,6 +227,34 @@ export function openApiDocument(version: string): Json {
           summary: 'Revoke a key: it answers 401 at once and after a restart',
           security: secured,
           responses: { '200': json(ref('Ok'), 'revoked'), ...errors(400, 401, 403, 404, 409, 429) },
+        },
+      },
+      '/projects/{id}/history': {
+        parameters: [projectId],
+        post: {
+          operationId: 'importHistory',
+          summary:
+            'Events of any day since 2000-01-01 (the body of POST /analytics; `timestamp` required; source, browser, os as export wrote them): ' +
+            'each counted in its own day, once per eventId for good, not against the monthly allowance, never in realtime',
+          security: secured,
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: batch, example: [{ event: 'page_view', url: 'https://shop.example/', timestamp: '2019-05-01T10:00:00Z', eventId: 'e1' }] } },
+          },
+          responses: { '200': json(ref('HistoryAck'), 'stored, and repeats of eventIds seen before'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+        },
+      },
+      '/projects/{id}/export': {
+        parameters: [projectId],
+        get: {
+          operationId: 'exportEvents',
+          summary: "The project's stored events of the days (at most ten years), in time order, one JSON event a line: what POST /projects/{id}/history takes",
+          security: secured,
+          parameters: queryParameters(QUERY_SCHEMAS['/projects/{id}/export'].GET),
+          responses: {
+            '200': { description: 'NDJSON, streamed', content: { 'application/x-ndjson': { schema: { type: 'string' } } } },
+            ...errors(400, 401, 403, 404, 429),
+          },
         },
       },
       '/query': {

@@ -41,6 +41,10 @@ export const IngestAck = z
   .strictObject({ ok: z.literal(true), ts: z.number().int(), accepted: z.number().int().min(0) })
   .meta({ example: { ok: true, ts: 1763700000000, accepted: 2 } });
 
+export const HistoryAck = z
+  .strictObject({ ok: z.literal(true), accepted: z.number().int().min(0), duplicates: z.number().int().min(0) })
+  .meta({ example: { ok: true, accepted: 498, duplicates: 2 } });
+
 const count = z.number().min(0);
 const breakdown = z.record(z.string(), count).meta({ description: 'counts by key, highest first, at most 1,000 keys plus (other)' });
 const date = z.string().regex(/^\d{4}-\d{2}-\d{2}$/);

@@ -1,6 +1,7 @@
 // long because every route's wire handling (bodies, CORS, headers, shutdown drain) is one class; the rules are in the engine.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
+import { exportLine } from '../core/history-line.ts';
 import { guardJson } from '../core/json-guard.ts';
 import { clientIp } from '../enrich/index.ts';
 import {
@@ -19,7 +20,7 @@ import { buildTracker } from '../tracker/build.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import { MAX_QUERY_BODY_BYTES } from '../core/query/schema.ts';
 import { openApiDocument } from './openapi.ts';
-import { checkQuery, pageQuery, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from '../engine/request-params.ts';
+import { checkQuery, pageQuery, type ExportQueryParams, type ListProjectsQueryParams, type MetricsQueryParams, type RealtimeQueryParams } from '../engine/request-params.ts';
 import { bodyEncoding, readBody } from './read-body.ts';
 
 /**
@@ -90,6 +91,10 @@ type Handler = (req: IncomingMessage, res: ServerResponse, url: URL, query: Reco
 const PROJECT_ROUTE = /^\/projects\/([^/]+)$/;
 const KEYS_ROUTE = /^\/projects\/([^/]+)\/keys$/;
 const KEY_ROUTE = /^\/projects\/([^/]+)\/keys\/([^/]+)$/;
+const HISTORY_ROUTE = /^\/projects\/([^/]+)\/history$/;
+const EXPORT_ROUTE = /^\/projects\/([^/]+)\/export$/;
+/** An export is written in pieces of about this size: few syscalls, little held per slow reader. */
+const EXPORT_WRITE_BYTES = 64 * 1024;
 const GOALS_ROUTE = /^\/projects\/([^/]+)\/goals$/;
 const GOAL_ROUTE = /^\/projects\/([^/]+)\/goals\/([^/]+)$/;
 /** Route templates: query schemas and metrics labels are per template (never per id: that would be unbounded). */
@@ -97,6 +102,8 @@ const PARAM_TEMPLATES = new Map([
   [PROJECT_ROUTE, '/projects/{id}'],
   [KEYS_ROUTE, '/projects/{id}/keys'],
   [KEY_ROUTE, '/projects/{id}/keys/{keyId}'],
+  [HISTORY_ROUTE, '/projects/{id}/history'],
+  [EXPORT_ROUTE, '/projects/{id}/export'],
   [GOALS_ROUTE, '/projects/{id}/goals'],
   [GOAL_ROUTE, '/projects/{id}/goals/{goalId}'],
 ]);
@@ -184,6 +191,8 @@ export class HttpFace {
         PATCH: (req, res, _url, _query, [id, keyId]) => this.manageWithBody(req, res, (meta, body) => this.engine.updateKey(meta, id!, keyId!, body)),
         DELETE: (req, res, _url, _query, [id, keyId]) => this.manage(req, res, (meta) => this.engine.revokeKey(meta, id!, keyId!)),
       }],
+      [HISTORY_ROUTE, { POST: (req, res, _url, _query, [id]) => this.history(req, res, id!) }],
+      [EXPORT_ROUTE, { GET: (req, res, _url, query, [id]) => this.exportEvents(req, res, query, id!) }],
       [GOALS_ROUTE, {
         GET: (req, res, _url, _query, [id]) => this.manage(req, res, (meta) => this.engine.listGoals(meta, id!)),
         POST: (req, res, _url, _query, [id]) => this.manageWithBody(req, res, (meta, body) => this.engine.createGoal(meta, id!, body)),
@@ -357,6 +366,72 @@ export class HttpFace {
     return this.send(res, out);
   }
 
+  /** POST /projects/{id}/history: the body of POST /analytics. */
+  private async history(req: IncomingMessage, res: ServerResponse, projectId: string): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req);
+    if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
+    const value = body.value;
+    let events: unknown[];
+    if (Array.isArray(value)) events = value;
+    else if (isObject(value) && 'events' in value && !('event' in value)) {
+      if (!Array.isArray(value.events)) return this.refuse(req, res, meta, 'manage', failure('invalid_request', '`events` must be an array of events'));
+      events = value.events;
+    } else events = [value];
+    const out = await this.engine.history(meta, projectId, events);
+    if (out.ok) return this.sendJson(res, 200, { ok: true, accepted: out.value.accepted, duplicates: out.value.duplicates }, out.rate);
+    return this.send(res, out);
+  }
+
+  /**
+   * GET /projects/{id}/export: NDJSON, one event a line, written as the engine hands out chunks. A write the socket
+   * cannot take yet waits for 'drain', so a slow reader holds at most one chunk of the service's memory; a reader
+   * that goes away stops the reading of the log.
+   */
+  private async exportEvents(req: IncomingMessage, res: ServerResponse, q: Record<string, string>, projectId: string): Promise<void> {
+    req.resume();
+    const query = q as ExportQueryParams;
+    const out = this.engine.exportEvents(this.meta(req), projectId, { date: query.date, from: query.from, to: query.to });
+    if (!out.ok) return this.send(res, out);
+    const chunks = out.value.chunks;
+    this.setRate(res, out.rate);
+    res.writeHead(200, { 'Content-Type': 'application/x-ndjson; charset=utf-8', 'Cache-Control': 'no-store' });
+    let gone = false;
+    res.once('close', () => {
+      gone = true;
+    });
+    const drained = () => new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
+    try {
+      let buf = '';
+      for await (const chunk of chunks) {
+        for (const e of chunk) {
+          buf += `${JSON.stringify(exportLine(e))}\n`;
+          if (buf.length >= EXPORT_WRITE_BYTES) {
+            const more = res.write(buf);
+            buf = '';
+            if (!more && !gone) await drained();
+            if (gone) return;
+          }
+        }
+      }
+      if (buf !== '') res.write(buf);
+      res.end();
+    } catch (err) {
+      console.error('export failed:', err);
+      res.destroy();
+    } finally {
+      await chunks.return(undefined);
+    }
+  }
+
   private async metrics(req: IncomingMessage, res: ServerResponse, q: MetricsQueryParams): Promise<void> {
     const out = await this.engine.metrics(this.meta(req), { date: q.date, from: q.from, to: q.to, projectId: q.projectId, compare: q.compare });
     if (out.ok) return this.sendJson(res, 200, out.value, out.rate);
@@ -522,12 +597,16 @@ export class HttpFace {
     this.sendJson(res, statusOf(code), { ok: false, error }, out.rate);
   }
 
-  private sendJson(res: ServerResponse, status: number, body: unknown, rate?: RateInfo): void {
+  private setRate(res: ServerResponse, rate: RateInfo | undefined): void {
     if (rate) {
       res.setHeader('RateLimit-Limit', String(rate.limit));
       res.setHeader('RateLimit-Remaining', String(rate.remaining));
       res.setHeader('RateLimit-Reset', String(rate.resetSeconds));
     }
+  }
+
+  private sendJson(res: ServerResponse, status: number, body: unknown, rate?: RateInfo): void {
+    this.setRate(res, rate);
     const json = JSON.stringify(body);
     res.writeHead(status, {
       'Content-Type': 'application/json; charset=utf-8',

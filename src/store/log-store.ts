@@ -5,6 +5,7 @@ import { open, type Database, type RootDatabase } from 'lmdb';
 import type { ErasedRecord, LogRecord } from '../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
 import { holdDataDir, releaseDataDir } from './data-dir-lock.ts';
+import { HistoryIds } from './history-ids.ts';
 import { RememberedIds, type IdKey, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 import type { Goal } from '../core/query/types.ts';
@@ -343,6 +344,9 @@ export class LogStore {
   private eventIdsRaw!: Database<Buffer, Buffer>;
   /** opened once; given the new handles when a compaction reopens the environment */
   private rememberedIds: RememberedIds | undefined;
+  /** [project, eventId] -> 1 for history, kept for good (see history-ids.ts) */
+  private historyIdsDb!: Database<number, IdKey>;
+  private historyIds: HistoryIds | undefined;
   private sealedStore: SealedStore | undefined;
   private nextSeq: number;
   private readonly file: string;
@@ -395,10 +399,12 @@ export class LogStore {
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
     this.eventIds = this.root.openDB<number, IdKey>({ name: 'event_ids' });
     this.eventIdsRaw = this.root.openDB<Buffer, Buffer>({ name: 'event_ids', encoding: 'binary', keyEncoding: 'binary' });
+    this.historyIdsDb = this.root.openDB<number, IdKey>({ name: 'history_ids' });
     this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
     this.dictInfos = (this.meta.get(DICTS_KEY) as DictInfo[] | undefined) ?? [];
     this.dicts.clear();
     this.rememberedIds?.reopen(this.eventIds, this.eventIdsRaw);
+    this.historyIds?.reopen(this.historyIdsDb);
     this.sealedStore?.reopen(this.root);
   }
 
@@ -659,7 +665,8 @@ export class LogStore {
     }
     for (const { seq, record } of this.readAfter(lo - 1, false)) {
       // every record is yielded (id or not), so a caller can slice its pass by sequence
-      yield { seq, id: record.t === 'e' && record.eventId !== undefined && record.rt >= since ? { p: record.p, eventId: record.eventId, rt: record.rt } : undefined };
+      // history ids are kept for good in history_ids, not in the 48-hour table
+      yield { seq, id: record.t === 'e' && record.eventId !== undefined && record.h !== 1 && record.rt >= since ? { p: record.p, eventId: record.eventId, rt: record.rt } : undefined };
     }
   }
 
@@ -919,6 +926,16 @@ export class LogStore {
         for (const k of part) void this.eventIds.remove(k);
       });
     }
+    // Its history ids, in slices (an import may have left millions): no transaction holds them all.
+    const history = this.openHistoryIds();
+    for (;;) {
+      const part: IdKey[] = [];
+      for (const k of history.keysOf(projectId)) if (part.push(k) >= ERASE_BATCH) break;
+      if (part.length === 0) break;
+      await this.root.transaction(() => {
+        for (const k of part) void this.historyIdsDb.remove(k);
+      });
+    }
     const sealed = this.openSealedStore();
     await this.root.transaction(() => {
       sealed.removeProject(projectId);
@@ -1073,6 +1090,11 @@ export class LogStore {
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
     return (this.rememberedIds ??= new RememberedIds(this.eventIds, this.eventIdsRaw, () => this.gate, (since, after) => this.eventIdsSince(since, after), this.file));
+  }
+
+  /** The eventIds of history, kept for good (see history-ids.ts). */
+  openHistoryIds(): HistoryIds {
+    return (this.historyIds ??= new HistoryIds(this.historyIdsDb));
   }
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */

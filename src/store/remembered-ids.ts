@@ -188,7 +188,8 @@ export class RememberedIds {
    * an id is durable exactly when its event is.
    */
   writeWith(records: readonly LogRecord[]): void {
-    for (const r of records) if (r.t === 'e' && r.eventId !== undefined) this.db.putSync([r.p, r.eventId], r.rt);
+    // History ids are kept for good elsewhere (history-ids.ts): here they would fill the 48-hour table.
+    for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) this.db.putSync([r.p, r.eventId], r.rt);
   }
 
   /** Called once the events carrying these ids are committed (with the ids, in the same transaction). */
