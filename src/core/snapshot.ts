@@ -5,7 +5,7 @@ import { EXACT_USERS_PER_DAY } from './limits.ts';
 import type { DaySnapshot } from './day-snapshot.ts';
 import type { RealtimeSnapshot } from './realtime.ts';
 import type { PackedRing, RecentRing, StoredRing } from './recent-ring.ts';
-import { AnalyticsState } from './state.ts';
+import { AnalyticsState, nextRealtimePrune } from './state.ts';
 
 /**
  * The live state as plain data, for the store to serialize: only what is not durable elsewhere. Sealed days are in
@@ -126,6 +126,7 @@ export function fromSnapshot(data: SnapshotData): AnalyticsState {
   const state = new AnalyticsState();
   state.lastSeq = data.lastSeq;
   state.maxRt = data.maxRt;
+  if (state.maxRt > 0) state.nextRealtimePrune = nextRealtimePrune(state.maxRt);
   state.nextSealCheck = 0;
   for (const ps of data.projects) {
     const p = state.project(ps.id);

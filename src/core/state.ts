@@ -128,7 +128,15 @@ function foldRecord(state: AnalyticsState, seq: number, record: StoredEvent | Bo
  */
 export function pruneRealtime(state: AnalyticsState): void {
   for (const p of state.realtimeHeld) if (p.realtime.prune(state.maxRt)) state.realtimeHeld.delete(p);
-  state.nextRealtimePrune = state.maxRt + REALTIME_KEPT_MS;
+  state.nextRealtimePrune = nextRealtimePrune(state.maxRt);
+}
+
+/**
+ * Prunes run on a fixed grid of receive time, so a state restored from a snapshot prunes at the same points as the
+ * state that folded the whole log (the schedule is a function of maxRt, not of where the fold started).
+ */
+export function nextRealtimePrune(maxRt: number): number {
+  return (Math.floor(maxRt / REALTIME_KEPT_MS) + 1) * REALTIME_KEPT_MS;
 }
 
 /**
