@@ -91,7 +91,7 @@ export class Remote {
   }
 }
 
-/** The error body every face answers (README "Errors"), as far as a message needs it. */
+/** The error body every face answers (docs/http-api.md, "Errors"), as far as a message needs it. */
 interface ErrorBody {
   error?: { code?: unknown; message?: unknown; details?: Array<{ index?: number; path?: string; message?: string }> };
 }

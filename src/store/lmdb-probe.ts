@@ -32,7 +32,7 @@ export interface WalkResult {
 
 /**
  * Records the walk reads one by one (~4 µs each on 2 shared cores, so ~2 s at most added to a start); tables past
- * it are sampled. Measured in bench/lmdb-walk.ts (README, Reliability).
+ * it are sampled. Measured in bench/lmdb-walk.ts (docs/reliability.md).
  */
 export const WALK_BUDGET_RECORDS = 500_000;
 
@@ -64,7 +64,7 @@ export class StoreRefused extends Error {
   readonly code = 'store_refused';
 }
 
-/** How to get out of damage LMDB cannot read past (README, Reliability). */
+/** How to get out of damage LMDB cannot read past (docs/reliability.md). */
 export function waysOut(dataDir: string): string {
   return (
     'Two ways out: 1. restore the newest backup (`analytics backup DEST` made it): stop, copy DEST/analytics.lmdb and ' +
