@@ -1,11 +1,10 @@
 import { createHash } from 'node:crypto';
-import { parseEvent, type HistoryExtras } from '../core/event-schema.ts';
-import { guardJson } from '../core/json-guard.ts';
-import { MAX_EVENT_BYTES } from '../core/limits.ts';
+import type { HistoryExtras } from '../core/event-schema.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import type { StoredEvent } from '../core/types.ts';
 import { classifySource, UNKNOWN_COUNTRY, type Enricher } from '../enrich/index.ts';
 import type { ProjectRecord } from '../store/log-store.ts';
+import { readEvent } from './batch-rules.ts';
 import type { ErrorDetail } from './types.ts';
 
 /**
@@ -46,23 +45,8 @@ export function historyBatch(
   const ids = new Set<string>();
   let duplicates = 0;
   for (let index = 0; index < events.length; index++) {
-    const raw = events[index];
-    const guard = guardJson(raw);
-    if (!guard.ok) {
-      details.push({ index, path: guard.path, message: guard.message });
-      continue;
-    }
-    const bytes = Buffer.byteLength(JSON.stringify(raw) ?? '');
-    if (bytes > MAX_EVENT_BYTES) {
-      details.push({ index, path: '', message: `an event is at most ${MAX_EVENT_BYTES} bytes encoded (got ${bytes})` });
-      continue;
-    }
-    const parsed = parseEvent(raw, 'history');
-    if (!parsed.ok) {
-      for (const issue of parsed.issues) details.push({ index, path: issue.path, message: issue.message });
-      continue;
-    }
-    const input = parsed.event;
+    const input = readEvent(events[index], index, 'history', details);
+    if (!input) continue;
     if (input.projectId !== undefined && input.projectId !== project.id) return { records, ids, duplicates, details, foreign: { index, projectId: input.projectId } };
     const extras = input as HistoryExtras & { userAgent?: unknown };
     const classified = classifySource(input.referrer ?? '', input.url ?? '');

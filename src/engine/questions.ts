@@ -16,15 +16,14 @@ type Admitted = Outcome<{ project: ProjectRecord; rate: RateInfo }>;
 export interface DeskParts {
   /** sk_ / rk_ for their project, ak_ naming one; pk_ 403 */
   admitRead(meta: RequestMeta, projectId: string | undefined): Promise<Admitted>;
-  /** ak_, or sk_ of that project */
-  admitProject(meta: RequestMeta, projectId: string): Admitted;
+  /** a change: refused while shutting down, then ak_, or sk_ of that project */
+  admitChange(meta: RequestMeta, projectId: string): Admitted;
   /** the project as it is now (goal changes read and write the latest record) */
   project(id: string): ProjectRecord | undefined;
   /** writes the changed project record; a failure is the 503 to answer */
   saveProject(next: ProjectRecord, rate: RateInfo): Promise<Failure | undefined>;
   questions(): QueryEngine | undefined;
   now(): number;
-  closing(): boolean;
 }
 
 /** An engine that cannot answer right now (cluster: the partition's owner is unreachable or still folding): 503 + Retry-After. */
@@ -120,8 +119,7 @@ export class QuestionDesk {
   }
 
   createGoal(meta: RequestMeta, projectId: string, body: unknown): Promise<Outcome<{ goal: GoalView }>> {
-    if (this.parts.closing()) return Promise.resolve(fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 }));
-    const gate = this.parts.admitProject(meta, projectId);
+    const gate = this.parts.admitChange(meta, projectId);
     if (!gate.ok) return Promise.resolve(gate);
     const { rate } = gate.value;
     const input = parseGoalBody(body);
@@ -145,8 +143,7 @@ export class QuestionDesk {
   }
 
   deleteGoal(meta: RequestMeta, projectId: string, goalId: string): Promise<Outcome<{ ok: true }>> {
-    if (this.parts.closing()) return Promise.resolve(fail('unavailable', 'the service is shutting down', { retryAfterSeconds: 1 }));
-    const gate = this.parts.admitProject(meta, projectId);
+    const gate = this.parts.admitChange(meta, projectId);
     if (!gate.ok) return Promise.resolve(gate);
     const { rate } = gate.value;
     return this.serially(async (): Promise<Outcome<{ ok: true }>> => {

@@ -1,0 +1,48 @@
+import { parseEvent, type EventInput, type ParseMode } from '../core/event-schema.ts';
+import { guardJson } from '../core/json-guard.ts';
+import { MAX_BATCH_EVENTS, MAX_EVENT_BYTES } from '../core/limits.ts';
+import { failure as fail, type ErrorDetail, type Failure, type RateInfo } from './types.ts';
+
+/**
+ * The rules a batch of events meets on POST /analytics and POST /projects/{id}/history alike: its size, each event's
+ * shape, the all-or-nothing refusal of a batch with a bad event, and the 503 of a write storage did not take.
+ */
+
+/** 1 to MAX_BATCH_EVENTS events (undefined = the size is fine). */
+export function batchSizeRefusal(events: readonly unknown[], rate: RateInfo): Failure | undefined {
+  if (events.length === 0) return fail('invalid_request', 'the batch is empty: send 1 to 500 events', {}, rate);
+  if (events.length > MAX_BATCH_EVENTS) {
+    return fail('payload_too_large', `a batch holds at most ${MAX_BATCH_EVENTS} events (got ${events.length})`, {}, rate);
+  }
+  return undefined;
+}
+
+/** One event of a batch: safe JSON, at most MAX_EVENT_BYTES encoded, the event schema; problems go to `details`. */
+export function readEvent(raw: unknown, index: number, mode: ParseMode, details: ErrorDetail[]): EventInput | undefined {
+  const guard = guardJson(raw);
+  if (!guard.ok) {
+    details.push({ index, path: guard.path, message: guard.message });
+    return undefined;
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(raw) ?? '');
+  if (bytes > MAX_EVENT_BYTES) {
+    details.push({ index, path: '', message: `an event is at most ${MAX_EVENT_BYTES} bytes encoded (got ${bytes})` });
+    return undefined;
+  }
+  const parsed = parseEvent(raw, mode);
+  if (!parsed.ok) {
+    for (const issue of parsed.issues) details.push({ index, path: issue.path, message: issue.message });
+    return undefined;
+  }
+  return parsed.event;
+}
+
+/** A batch with any bad event stores nothing, and lists every problem. */
+export function invalidEvents(details: ErrorDetail[], total: number, rate: RateInfo): Failure {
+  return fail('invalid_event', `${new Set(details.map((d) => d.index)).size} of ${total} events are invalid; nothing was stored`, { details }, rate);
+}
+
+/** Storage did not take the batch's append. */
+export function notStored(rate: RateInfo): Failure {
+  return fail('unavailable', 'storage is not accepting writes; nothing was stored', { retryAfterSeconds: 1 }, rate);
+}
