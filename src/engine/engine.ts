@@ -150,6 +150,7 @@ export class Engine implements AnalyticsEngine {
     if (backend instanceof LmdbBackend) {
       // A delete interrupted by a crash: its project and keys are gone, its events not yet. Finish before serving.
       for (const id of backend.pendingErasures()) await backend.eraseProject(id);
+      await backend.erasuresSettled();
     }
     engine.startTimers();
     return engine;
