@@ -180,6 +180,11 @@ const DICT_LAST_ID = 'logDictLastId';
 const DICT_FIRST = 100;
 /** Dictionaries are rebuilt at 10x the last one's sequence until they are this many records apart, then every this many. */
 const DICT_EVERY = 100_000;
+/**
+ * Entries of the excluded project a dictionary build skips before it settles for what it found: each is decoded, and
+ * a log whose tail is all that project's would otherwise be decoded whole inside one write transaction.
+ */
+const DICT_SCAN_SKIPPED = 2_000;
 /** Decoded dictionaries kept in memory (48 KiB each with their index); replay walks them in order. */
 const DICT_CACHE = 16;
 
@@ -515,6 +520,7 @@ export class LogStore {
     const parts: Buffer[] = [];
     const projects = new Set<string>();
     let size = 0;
+    let skipped = 0;
     for (const { key, value } of this.raw.getRange({ reverse: true })) {
       if (key === STRUCTURES_KEY || key < this.start || size >= MAX_DICTIONARY) break;
       const e = unwrap(value);
@@ -528,7 +534,10 @@ export class LogStore {
       } catch {
         continue; // damage is reported by the verifying reader, not here
       }
-      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) continue;
+      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) {
+        if (++skipped >= DICT_SCAN_SKIPPED) break; // the project fills the log's tail: a smaller dictionary will do
+        continue;
+      }
       for (const r of records) if (r.t !== 'x') projects.add(r.p);
       parts.unshift(raw.length > MAX_DICTIONARY ? raw.subarray(raw.length - MAX_DICTIONARY) : raw);
       size += raw.length;
