@@ -1,58 +1,165 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LogStore } from '../src/store/log-store.ts';
 
 /**
- * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs in storage. Fills a log with `events` events
- * (a tenth of its 100-event batches in the project to delete), then times the erasure (scan + tombstones) and the
- * compaction (copy of live pages + swap) separately, with the file size before and after. Not part of `npm run bench`.
+ * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The
+ * service runs in its own process; this process creates two projects through the API, stops it, writes `events`
+ * events of the doomed project into the log in bulk (with a marker string in every URL), starts it again (it
+ * replays them), then runs a writer of the other project (one event per request every WRITE_EVERY_MS, latency from
+ * the intended send time) and a /health ping loop while it sends the DELETE. It reports the DELETE's own time, the
+ * writer's p99 and longest wait and /health's longest wait from the DELETE until the service logs that the erasure
+ * left every file, that erasure time, and how many copies of the marker are left in the data directory.
+ * Not part of `npm run bench`.
  */
 
 const TOTAL = Number(process.argv[2] ?? 1_000_000);
-/** Events per append while filling: one request's batch (one project per entry, as the service writes them). */
-const FILL_BATCH = 100;
-/** Appends in flight at once while filling (lmdb-js groups them into few commits, as under load). */
-const FILL_CONCURRENCY = 200;
+/** Events per bulk append (split into entries of 256 by the store). */
+const FILL_BATCH = 5_000;
+const WRITE_EVERY_MS = 20;
+const PING_EVERY_MS = 10;
+/** Measured before the DELETE, for a baseline. */
+const QUIET_MS = 3_000;
+/** The erasure must end within this long, or the bench says so. */
+const ERASE_TIMEOUT_MS = 600_000;
+const ADMIN = 'ak_bench_erase_0123456789abcdef0123456789';
+const MARKER = 'doomed-marker-7f3a';
 
-function event(i: number, project: string): StoredEvent {
+function start(dataDir: string): Promise<{ proc: ChildProcess; url: string; output: () => string }> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: ADMIN, ANALYTICS_QUIET: '0' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  return new Promise((resolve, reject) => {
+    proc.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const m = /HTTP (http:\/\/\S+)/.exec(out);
+      if (m) resolve({ proc, url: m[1]!, output: () => out });
+    });
+    proc.once('exit', (code) => reject(new Error(`service exited (${code}): ${out}`)));
+  });
+}
+
+async function stop(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null) return;
+  const exited = new Promise((r) => proc.once('exit', r));
+  proc.kill('SIGTERM');
+  await exited;
+}
+
+async function call(url: string, p: string, key: string, method = 'GET', body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(url + p, {
+    method,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : undefined };
+}
+
+function event(i: number, project: string, now: number): StoredEvent {
+  const ts = now - 20 * 86_400_000 + Math.floor((i / TOTAL) * 19 * 86_400_000);
   return {
-    t: 'e', p: project, ts: 1_763_700_000_000 + i, rt: 1_763_700_000_000 + i, day: '2026-11-21', event: 'page_view',
-    url: `https://shop.example/products/${i % 5000}?utm_source=news`, path: `/products/${i % 5000}`, referrer: 'google.com',
-    source: 'Google', sessionId: `s${i % 20000}`, user: `s:s${i % 20000}`, country: 'DE', device: 'desktop', params: { plan: 'pro' },
-    eventId: `e-${i}`,
+    t: 'e', p: project, ts, rt: ts, day: new Date(ts).toISOString().slice(0, 10), event: 'page_view',
+    url: `https://shop.example/${MARKER}/${i % 5000}?utm_source=news`, path: `/${MARKER}/${i % 5000}`, referrer: 'google.com',
+    source: 'Google', sessionId: `s${i % 20000}`, user: `s:s${i % 20000}`, country: 'DE', device: 'desktop', params: {},
   };
 }
 
+function markersIn(dir: string): number {
+  let n = 0;
+  for (const f of readdirSync(dir, { recursive: true }) as string[]) {
+    const file = path.join(dir, f);
+    if (!statSync(file).isFile()) continue;
+    n += readFileSync(file).toString('latin1').split(MARKER).length - 1;
+  }
+  return n;
+}
+
+const p99 = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? 0 : s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
+};
+const max = (xs: number[]): number => xs.reduce((a, b) => Math.max(a, b), 0);
+
 const dir = mkdtempSync(path.join(tmpdir(), 'analytics-erase-'));
 try {
-  const store = LogStore.open(dir, 'commit');
-  let inFlight: Promise<number>[] = [];
-  for (let i = 0; i < TOTAL; i += FILL_BATCH) {
-    const project = (i / FILL_BATCH) % 10 === 0 ? 'p_doomed' : 'p_kept'; // a tenth of the batches
-    inFlight.push(store.append(Array.from({ length: Math.min(FILL_BATCH, TOTAL - i) }, (_, j) => event(i + j, project))));
-    if (inFlight.length >= FILL_CONCURRENCY) {
-      await Promise.all(inFlight);
-      inFlight = [];
-    }
-  }
-  await Promise.all(inFlight);
-  const file = path.join(dir, 'analytics.lmdb');
-  const before = statSync(file).size;
+  let svc = await start(dir);
+  const mk = async (name: string) => (await call(svc.url, '/projects', ADMIN, 'POST', { name, allowed_origins: [], allowed_referrers: [] })).body;
+  const doomed = await mk('doomed');
+  const kept = await mk('kept');
+  await stop(svc.proc);
+
   let t = performance.now();
-  // eraseProjectEvents = scan + tombstones + compaction; time compaction alone afterwards on the same data
-  const erased = await store.eraseProjectEvents('p_doomed');
-  const eraseAndCompactMs = performance.now() - t;
-  t = performance.now();
-  await store.compact();
-  const compactMs = performance.now() - t;
-  const after = statSync(file).size;
+  const store = LogStore.open(dir, 'commit');
+  const now = Date.now();
+  for (let i = 0; i < TOTAL; i += FILL_BATCH) {
+    await store.append(Array.from({ length: Math.min(FILL_BATCH, TOTAL - i) }, (_, j) => event(i + j, doomed.project.id, now)));
+  }
   await store.close();
-  const mb = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
-  console.log(`events ${TOTAL}, erased ${erased}`);
-  console.log(`erase + compaction: ${Math.round(eraseAndCompactMs)} ms (compaction alone, same data: ${Math.round(compactMs)} ms)`);
-  console.log(`file: ${mb(before)} before, ${mb(after)} after`);
+  console.log(`log written: ${TOTAL} events in ${Math.round(performance.now() - t)} ms`);
+  t = performance.now();
+  svc = await start(dir);
+  for (;;) {
+    if ((await fetch(`${svc.url}/health`)).status === 200) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  console.log(`service started (replayed) in ${Math.round(performance.now() - t)} ms`);
+  const lmdbBefore = statSync(path.join(dir, 'analytics.lmdb')).size;
+
+  // the writer and the ping loop, each on its own schedule (latency from the intended time, so a stall counts whole)
+  const writes: Array<{ at: number; ms: number }> = [];
+  const pings: Array<{ at: number; ms: number }> = [];
+  let running = true;
+  const loop = async (every: number, out: Array<{ at: number; ms: number }>, send: () => Promise<unknown>) => {
+    let next = performance.now();
+    while (running) {
+      const wait = next - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      const intended = next;
+      await send();
+      out.push({ at: intended, ms: performance.now() - intended });
+      next = Math.max(next + every, performance.now() - every * 5);
+    }
+  };
+  let n = 0;
+  const writer = loop(WRITE_EVERY_MS, writes, async () => {
+    const r = await call(svc.url, '/analytics', kept.keys.secret, 'POST', { event: 'page_view', url: `https://kept.example/${n++}`, sessionId: `w${n % 50}` });
+    if (r.status !== 200) throw new Error(`ingest ${r.status} ${JSON.stringify(r.body)}`);
+  });
+  const pinger = loop(PING_EVERY_MS, pings, () => fetch(`${svc.url}/health`).then((r) => r.arrayBuffer()));
+  await new Promise((r) => setTimeout(r, QUIET_MS));
+
+  const deleteAt = performance.now();
+  const del = await call(svc.url, `/projects/${doomed.project.id}`, ADMIN, 'DELETE');
+  const deleteMs = performance.now() - deleteAt;
+  const keysRefused = (await call(svc.url, '/metrics', doomed.keys.secret)).status;
+  const metrics = (await call(svc.url, `/metrics?projectId=${doomed.project.id}`, ADMIN)).status;
+  const outAt = svc.output().length;
+  while (!/log records erased from every file in (\d+) ms/.test(svc.output().slice(outAt)) && performance.now() - deleteAt < ERASE_TIMEOUT_MS) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const erasedIn = /log records erased from every file in (\d+) ms/.exec(svc.output().slice(outAt))?.[1];
+  const doneAt = performance.now();
+  await new Promise((r) => setTimeout(r, 1_000));
+  running = false;
+  await Promise.all([writer, pinger]);
+  const lmdbAfter = statSync(path.join(dir, 'analytics.lmdb')).size;
+  await stop(svc.proc);
+
+  const quiet = (xs: Array<{ at: number; ms: number }>) => xs.filter((x) => x.at < deleteAt).map((x) => x.ms);
+  const during = (xs: Array<{ at: number; ms: number }>) => xs.filter((x) => x.at >= deleteAt && x.at <= doneAt).map((x) => x.ms);
+  const f = (x: number) => x.toFixed(1);
+  const mb = (x: number) => `${(x / 2 ** 20).toFixed(0)} MiB`;
+  console.log(`DELETE of a tenant of ${TOTAL} events: ${del.status} in ${f(deleteMs)} ms; its key then ${keysRefused}, its metrics ${metrics}`);
+  console.log(`erasure from every file: ${erasedIn ?? 'NOT FINISHED'} ms (analytics.lmdb ${mb(lmdbBefore)} -> ${mb(lmdbAfter)}); marker copies left in the data directory: ${markersIn(dir)}`);
+  console.log(`other tenant's ingest (1 event / ${WRITE_EVERY_MS} ms): before p99 ${f(p99(quiet(writes)))} ms; during erasure p99 ${f(p99(during(writes)))} ms, longest ${f(max(during(writes)))} ms (${during(writes).length} writes)`);
+  console.log(`/health (every ${PING_EVERY_MS} ms): before longest ${f(max(quiet(pings)))} ms; during erasure longest ${f(max(during(pings)))} ms, p99 ${f(p99(during(pings)))} ms`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

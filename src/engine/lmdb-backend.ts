@@ -50,6 +50,10 @@ export class LmdbBackend implements Backend {
   private readonly pendingCounts = new Map<string, number>();
   /** folds run in append (= sequence) order */
   private foldTail: Promise<void> = Promise.resolve();
+  /** deleted projects being erased, one after the other (see eraseProject) */
+  private erasing: Promise<void> = Promise.resolve();
+  /** set by close: an erasure under way stops at its next slice and stays pending */
+  private erasureStopped = false;
   storageOk = true;
   private readonly sealer: Sealer;
   private readonly sealed: SealedSource;
@@ -122,6 +126,7 @@ export class LmdbBackend implements Backend {
   /** Deletions interrupted by a crash: their projects and keys are gone, their events not yet; finished here. */
   async finishInterruptedErasures(): Promise<void> {
     for (const id of this.store.pendingErasures()) await this.eraseProject(id);
+    await this.erasuresSettled();
   }
 
   settled(): Promise<void> {
@@ -202,22 +207,42 @@ export class LmdbBackend implements Backend {
     return { value: answerRead(this.view, q) };
   }
 
-  /** Erases a deleted project's events from the log, its state, and every snapshot file. */
-  async eraseProject(projectId: string): Promise<void> {
+  /**
+   * Starts erasing a deleted project's events from the log, its state, the columns and every snapshot file, after
+   * the erasures already queued, and returns at once: the project is already gone for every request (the catalog
+   * and its keys went first), and its pending-erasure entry resumes the work after a crash. A snapshot asked for
+   * (snapshotNow) waits for the queue, so "by the next snapshot" holds; erasuresSettled() waits for it too.
+   */
+  eraseProject(projectId: string): Promise<void> {
+    this.erasing = this.erasing
+      .then(() => (this.erasureStopped ? undefined : this.erase(projectId)))
+      .catch((err: unknown) => this.log(`erasing project ${projectId} failed (resumed at the next start): ${err instanceof Error ? err.message : String(err)}`));
+    return Promise.resolve();
+  }
+
+  /** Resolves once every queued erasure has finished (or stopped for shutdown). */
+  async erasuresSettled(): Promise<void> {
+    await this.erasing;
+  }
+
+  private async erase(projectId: string): Promise<void> {
+    const started = performance.now();
     await this.foldTail; // batches appended before the delete are folded (and so erased below)
     // Its live state goes first, and no day of it is left queued or being written by the sealer, so nothing of it
     // is sealed again after the store has erased its sealed days, month rollups and remembered eventIds.
     this.state.projects.delete(projectId);
     this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
     await this.sealer.idle();
-    const n = await this.store.eraseProjectEvents(projectId);
+    const n = await this.store.eraseProjectEvents(projectId, { stopped: () => this.erasureStopped });
+    if (this.erasureStopped) return; // shutdown: the project is still pending, the next start finishes it
     await this.columns.erase(projectId);
     this.state.projects.delete(projectId);
     this.pendingIds.delete(projectId);
     this.pendingCounts.delete(projectId);
     // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
     await this.snapshotter.snapshot({ replaceAll: true });
-    this.log(`project ${projectId} deleted; ${n} log records erased`);
+    await this.store.erasureDone(projectId);
+    this.log(`project ${projectId} deleted; ${n} log records erased from every file in ${Math.round(performance.now() - started)} ms`);
   }
 
   async bootstrapAdminKey(config: Readonly<Config>, now: number): Promise<void> {
@@ -291,6 +316,8 @@ export class LmdbBackend implements Backend {
   }
 
   async close(): Promise<void> {
+    this.erasureStopped = true; // an erasure under way stops at its next slice; the next start resumes it
+    await this.erasing;
     await this.foldTail;
     await this.sealer.idle();
     await this.snapshotter.snapshotIfChanged();
@@ -349,6 +376,7 @@ export class LmdbBackend implements Backend {
   }
 
   async snapshotNow(): Promise<void> {
+    await this.erasing;
     await this.snapshotter.snapshot();
   }
 }

@@ -17,6 +17,8 @@ const MAP_SIZE = 2 ** 40;
 /** Decoded segments kept for questions (typed-array views over their bytes plus parsed dictionaries). */
 const CACHE_BYTES = 256 * 2 ** 20;
 const MARKER = 'folded_up_to';
+/** Segment keys removed per erasure transaction (a segment is removed without reading it: a slice takes a few ms). */
+const ERASE_SLICE = 500;
 const FILE = 'columns.lmdb';
 
 export const crc = (bytes: Uint8Array): number => crc32(bytes);
@@ -34,7 +36,12 @@ export class ColumnStore {
   private meta!: Database<unknown, string>;
   private readonly cache = new Map<string, { view: SegmentView; bytes: number }>();
   private cacheBytes = 0;
+  /** set for the few milliseconds a compaction copies the last writes and swaps the file */
   private gate: Promise<void> | undefined;
+  /** while a compaction copies: the segment keys written since the copy began (see compact) */
+  private copying: SegKey[] | undefined;
+  /** set while a compaction copies: a rebuild (clearFrom) waits for it */
+  private copyGate: Promise<void> | undefined;
   readonly file: string;
 
   private constructor(
@@ -97,23 +104,35 @@ export class ColumnStore {
   /** Writes segments and the marker in one transaction. */
   async write(segments: Array<{ projectId: string; day: string; segNo: number; bytes: Uint8Array }>, marker: number): Promise<void> {
     await this.settled();
+    for (const s of segments) this.copying?.push([s.projectId, s.day, s.segNo]);
     await this.root.transaction(() => {
       for (const s of segments) this.segs.putSync([s.projectId, s.day, s.segNo], Buffer.from(s.bytes.buffer, s.bytes.byteOffset, s.bytes.byteLength));
       if (marker > this.marker()) this.meta.putSync(MARKER, marker);
     });
   }
 
-  /** Removes every segment of a project, then compacts the file so none of its bytes stay in freed pages. */
+  /**
+   * Removes every segment of a project (in transactions of ERASE_SLICE keys), then compacts the file online so none
+   * of its bytes stay in freed pages.
+   */
   async eraseProject(projectId: string): Promise<number> {
+    while (this.copyGate) await this.copyGate;
     await this.settled();
     let n = 0;
-    await this.root.transaction(() => {
-      for (const k of this.segs.getKeys({ start: [projectId] })) {
+    for (;;) {
+      const part: SegKey[] = [];
+      for (const k of this.segs.getKeys({ start: [projectId], limit: ERASE_SLICE })) {
         if (k[0] !== projectId) break;
-        this.segs.removeSync(k);
-        n++;
+        part.push(k);
       }
-    });
+      if (part.length === 0) break;
+      await this.settled();
+      await this.root.transaction(() => {
+        for (const k of part) this.segs.removeSync(k);
+      });
+      n += part.length;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
     this.forget((k) => k.startsWith(`${projectId}\u0000`));
     if (n > 0) await this.compact();
     return n;
@@ -125,6 +144,7 @@ export class ColumnStore {
    * the fold skips the events they already hold.
    */
   async clearFrom(fromSeq: number): Promise<number> {
+    while (this.copyGate) await this.copyGate;
     let n = 0;
     await this.root.transaction(() => {
       for (const { key, value } of this.segs.getRange()) {
@@ -180,22 +200,56 @@ export class ColumnStore {
     }
   }
 
-  /** Copies the environment with compaction (live pages only) and swaps the copy in; writes wait meanwhile. */
+  /**
+   * Copies the environment with compaction (live pages only) while segments are still written, then, under the gate
+   * for a few milliseconds, copies the segments written meanwhile (and the marker) into the copy and swaps it in.
+   */
   private async compact(): Promise<void> {
-    let release!: () => void;
-    this.gate = new Promise<void>((r) => (release = r));
+    let releaseCopy!: () => void;
+    this.copyGate = new Promise<void>((r) => (releaseCopy = r));
     const tmp = `${this.file}.compact`;
+    let target: RootDatabase | undefined;
     try {
       rmSync(tmp, { force: true });
+      rmSync(`${tmp}-lock`, { force: true });
+      await this.root.transaction(() => {});
       await this.root.flushed;
+      this.copying = [];
       await this.root.backup(tmp, true);
-      await this.root.close();
-      renameSync(tmp, this.file);
-      this.openEnv();
+      target = open({ path: tmp, mapSize: MAP_SIZE, maxDbs: 4, noSubdir: true });
+      const segs = target.openDB<Buffer, SegKey>({ name: 'segments', encoding: 'binary' });
+      const meta = target.openDB<unknown, string>({ name: 'meta' });
+      const catchUp = (): Promise<unknown> =>
+        target!.transaction(() => {
+          for (const k of this.copying!.splice(0)) {
+            const bytes = this.segs.get(k);
+            if (bytes === undefined) segs.removeSync(k);
+            else segs.putSync(k, bytes);
+          }
+          meta.putSync(MARKER, this.marker());
+        });
+      await catchUp();
+      let release!: () => void;
+      this.gate = new Promise<void>((r) => (release = r));
+      try {
+        await this.root.transaction(() => {}); // writes that passed the gate are committed
+        await catchUp();
+        await target.close();
+        target = undefined;
+        await this.root.close();
+        renameSync(tmp, this.file);
+        this.openEnv();
+      } finally {
+        this.gate = undefined;
+        release();
+      }
     } finally {
+      this.copying = undefined;
+      if (target) await target.close().catch(() => {});
       rmSync(tmp, { force: true });
-      this.gate = undefined;
-      release();
+      rmSync(`${tmp}-lock`, { force: true });
+      this.copyGate = undefined;
+      releaseCopy();
     }
   }
 

@@ -74,8 +74,19 @@ const MAP_SIZE = 2 ** 40;
 const STRUCTURES_KEY = 0;
 /** Meta entry listing deleted projects whose events are still to be erased. */
 const PENDING_ERASURES = 'pending_erasures';
-/** Erasure rewrites log entries in transactions of this many, so one delete never holds a giant transaction. */
-const ERASE_BATCH = 10_000;
+/**
+ * Erasure works in slices of this long (a scan step, one rewrite transaction, one batch of eventId removals) and
+ * yields between them: appends of other projects wait at most about this long behind it, whatever the project's size.
+ */
+const ERASE_SLICE_MS = 8;
+/** A compaction's catch-up transactions (writes made during the copy, copied into it) hold the copy's writer this long. */
+const CATCH_UP_SLICE_MS = 20;
+/** Catch-up rounds before the swap: each copies what the one before left; writes keep coming, so it is bounded. */
+const CATCH_UP_ROUNDS = 5;
+/** Entries left after which the last catch-up runs under the gate: a few hundred copy in a few milliseconds. */
+const CATCH_UP_FINAL = 500;
+
+const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 /** Records removed per retention transaction: keeps each commit short. */
 const DELETE_SLICE = 10_000;
 /** Meta entry: the first sequence kept after a retention cut (absent: the log starts at 1). */
@@ -171,6 +182,11 @@ const DICT_LAST_ID = 'logDictLastId';
 const DICT_FIRST = 100;
 /** Dictionaries are rebuilt at 10x the last one's sequence until they are this many records apart, then every this many. */
 const DICT_EVERY = 100_000;
+/**
+ * Entries of the excluded project a dictionary build skips before it settles for what it found: each is decoded, and
+ * a log whose tail is all that project's would otherwise be decoded whole inside one write transaction.
+ */
+const DICT_SCAN_SKIPPED = 2_000;
 /** Decoded dictionaries kept in memory (48 KiB each with their index); replay walks them in order. */
 const DICT_CACHE = 16;
 
@@ -350,8 +366,14 @@ export class LogStore {
   private sealedStore: SealedStore | undefined;
   private nextSeq: number;
   private readonly file: string;
-  /** set while the environment is being compacted: writes wait for it */
+  /** set for the few milliseconds a compaction copies the last writes and swaps the file: writes wait for it */
   private gate: Promise<void> | undefined;
+  /** set while a compaction copies the environment: writes off the request path (sealing, upkeep, retention) wait */
+  private copyGate: Promise<void> | undefined;
+  /** while a compaction copies: the last log entry in the copy, and the projects, keys and meta keys written since */
+  private copying: { touched: Set<string>; copied: number } | undefined;
+  /** erasures and compactions, one at a time */
+  private serial: Promise<unknown> = Promise.resolve();
   /** true for the few milliseconds the environment is closed during a swap: LMDB reads would throw */
   private swapping = false;
   /** the keys, held in memory for the few milliseconds the environment is closed during a swap (auth keeps working) */
@@ -489,6 +511,7 @@ export class LogStore {
         this.meta.putSync(`${DICT_PREFIX}${info.id}`, built.bytes);
         this.dictInfos = [...this.dictInfos, info];
         this.meta.putSync(DICTS_KEY, this.dictInfos);
+        for (const k of [DICT_LAST_ID, `${DICT_PREFIX}${info.id}`, DICTS_KEY]) this.touch('meta', k);
         this.dicts.set(info.id, new Dictionary(built.bytes));
       }
     }
@@ -504,6 +527,7 @@ export class LogStore {
     const parts: Buffer[] = [];
     const projects = new Set<string>();
     let size = 0;
+    let skipped = 0;
     for (const { key, value } of this.raw.getRange({ reverse: true })) {
       if (key === STRUCTURES_KEY || key < this.start || size >= MAX_DICTIONARY) break;
       const e = unwrap(value);
@@ -517,7 +541,10 @@ export class LogStore {
       } catch {
         continue; // damage is reported by the verifying reader, not here
       }
-      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) continue;
+      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) {
+        if (++skipped >= DICT_SCAN_SKIPPED) break; // the project fills the log's tail: a smaller dictionary will do
+        continue;
+      }
       for (const r of records) if (r.t !== 'x') projects.add(r.p);
       parts.unshift(raw.length > MAX_DICTIONARY ? raw.subarray(raw.length - MAX_DICTIONARY) : raw);
       size += raw.length;
@@ -715,7 +742,7 @@ export class LogStore {
    * Key 0 (msgpackr's shared structures) stays. Returns how many records were removed.
    */
   async deleteBelow(seq: number): Promise<number> {
-    if (this.gate) await this.gate;
+    while (this.copyGate ?? this.gate) await (this.copyGate ?? this.gate);
     const start = this.logStart();
     if (seq <= start) return 0;
     let cut = start;
@@ -749,7 +776,7 @@ export class LogStore {
    * which cannot be read). Returns the removed sequence range (`from` > `to` when nothing went).
    */
   async cutFrom(seq: number): Promise<{ from: number; to: number; forgottenIds: number }> {
-    if (this.gate) await this.gate;
+    while (this.copyGate ?? this.gate) await (this.copyGate ?? this.gate);
     const before = this.lastSeq();
     let forgottenIds = 0;
     await this.root.transaction(() => {
@@ -822,12 +849,14 @@ export class LogStore {
 
   async deleteKey(hash: string): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('keys', hash);
     await this.keys.remove(hash);
     await this.root.flushed;
   }
 
   async updateProject(project: ProjectRecord): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('projects', project.id);
     await this.projects.put(project.id, project);
     await this.root.flushed;
   }
@@ -836,6 +865,9 @@ export class LogStore {
   async deleteProject(projectId: string): Promise<void> {
     if (this.gate) await this.gate;
     const keys = this.listKeys(projectId);
+    this.touch('projects', projectId);
+    for (const [h] of keys) this.touch('keys', h);
+    this.touch('meta', PENDING_ERASURES);
     await this.root.transaction(() => {
       void this.projects.remove(projectId);
       for (const [h] of keys) void this.keys.remove(h);
@@ -857,12 +889,23 @@ export class LogStore {
    * written before format 2 becomes a tombstone of one. Sequences, continuity and checksums stay valid. Log
    * dictionaries that hold the project's records are dropped, and the entries compressed with them are compressed
    * again with a new dictionary built without the project's records.
-   * LMDB is copy-on-write: the old pages stay in the file, on its free list, until they are reused, so the
-   * environment is then compacted into a fresh file (only live pages are copied) that replaces the old one.
+   * The work runs in slices of ERASE_SLICE_MS (the scan, each rewrite transaction, the remembered eventIds), yielding
+   * between them, so appends of other projects interleave and no write transaction is long. LMDB is copy-on-write:
+   * the old pages stay in the file, on its free list, until they are reused, so the environment is then compacted
+   * online (compactOnline). The project stays on the pending list until the caller says every file is clean
+   * (erasureDone): a crash anywhere before resumes the erasure at the next start. `stopped` ends it early between
+   * slices (shutdown).
    * Returns how many records were erased.
    */
-  async eraseProjectEvents(projectId: string, onProgress?: (done: number) => void): Promise<number> {
+  eraseProjectEvents(projectId: string, opts: { onProgress?: (done: number) => void; stopped?: () => boolean } = {}): Promise<number> {
+    const run = this.serial.then(() => this.eraseNow(projectId, opts));
+    this.serial = run.catch(() => {});
+    return run;
+  }
+
+  private async eraseNow(projectId: string, opts: { onProgress?: (done: number) => void; stopped?: () => boolean }): Promise<number> {
     if (this.gate) await this.gate;
+    const stopped = opts.stopped ?? (() => false);
     const ofProject = (r: LogRecord) => r.t !== 'x' && r.p === projectId;
     const tainted = new Set(this.dictInfos.filter((d) => d.projects.includes(projectId)).map((d) => d.id));
     // 0. a dictionary without the project first, so appends from now on and the rewrites below use it
@@ -872,16 +915,25 @@ export class LogStore {
       return d ? { id: d.id, dict: this.dictionary(d.id, 0) } : { id: 0, dict: undefined };
     };
     // 1. which entries hold the project's records or use a dictionary that does (verified as read: erasure never
-    // rewrites a damaged entry)
+    // rewrites a damaged entry); a fresh range per slice, so no read transaction is held across turns
     const keys: number[] = [];
-    let scanned = 0;
-    for (const { key, value } of this.raw.getRange({ start: STRUCTURES_KEY + 1 })) {
-      scanned = key;
-      const { records, entry } = this.entryRecords(key, value);
-      if (records === undefined) continue;
-      if (records.some(ofProject) || (entry !== undefined && tainted.has(entry.dictId))) keys.push(key);
+    let scanned = STRUCTURES_KEY;
+    for (let done = false; !done; ) {
+      if (stopped()) return 0;
+      const until = performance.now() + ERASE_SLICE_MS;
+      done = true;
+      for (const { key, value } of this.raw.getRange({ start: scanned + 1 })) {
+        scanned = key;
+        const { records, entry } = this.entryRecords(key, value);
+        if (records !== undefined && (records.some(ofProject) || (entry !== undefined && tainted.has(entry.dictId)))) keys.push(key);
+        if (performance.now() >= until) {
+          done = false;
+          break;
+        }
+      }
+      if (!done) await yieldTurn();
     }
-    // 2. rewrite them, ERASE_BATCH entries per transaction, each re-read inside its transaction
+    // 2. rewrite them in transactions of at most ERASE_SLICE_MS of work each, each entry re-read inside its transaction
     let erased = 0;
     const rewrite = (key: number): void => {
       const value = this.raw.get(key);
@@ -898,12 +950,16 @@ export class LogStore {
       const { id, dict } = clean();
       this.raw.putSync(key, encodePacked(this.codec.encode(records.map((r) => (ofProject(r) ? ERASED : r))), count, id, dict));
     };
-    for (let i = 0; i < keys.length; i += ERASE_BATCH) {
-      const part = keys.slice(i, i + ERASE_BATCH);
+    for (let i = 0; i < keys.length; ) {
+      if (stopped()) return erased;
+      if (this.gate) await this.gate;
       await this.log.transaction(() => {
-        for (const key of part) rewrite(key);
+        const until = performance.now() + ERASE_SLICE_MS;
+        do rewrite(keys[i++]!);
+        while (i < keys.length && performance.now() < until);
       });
-      onProgress?.(i + part.length);
+      opts.onProgress?.(i);
+      await yieldTurn();
     }
     // 3. in one transaction (no append between): entries appended since the scan, then the dictionaries go
     if (tainted.size > 0) {
@@ -917,14 +973,22 @@ export class LogStore {
         this.meta.putSync(DICTS_KEY, this.dictInfos);
       });
     }
-    // Its remembered eventIds (keys hold the project id and its event ids), sealed days and month rollups.
-    const ids: IdKey[] = [];
-    for (const k of this.eventIds.getKeys({ start: [projectId], end: [`${projectId}\u0000`] })) if (k[0] === projectId) ids.push(k);
-    for (let i = 0; i < ids.length; i += ERASE_BATCH) {
-      const part = ids.slice(i, i + ERASE_BATCH);
+    // Its remembered eventIds (keys hold the project id and its event ids), sliced the same way, then sealed days and
+    // month rollups.
+    for (;;) {
+      if (stopped()) return erased;
+      const part: IdKey[] = [];
+      const until = performance.now() + ERASE_SLICE_MS / 2;
+      for (const k of this.eventIds.getKeys({ start: [projectId], end: [`${projectId}\u0000`] })) {
+        if (k[0] === projectId) part.push(k);
+        if (performance.now() >= until) break;
+      }
+      if (part.length === 0) break;
+      if (this.gate) await this.gate;
       await this.root.transaction(() => {
-        for (const k of part) void this.eventIds.remove(k);
+        for (const k of part) this.eventIds.removeSync(k);
       });
+      await yieldTurn();
     }
     // Its history ids, in slices (an import may have left millions): no transaction holds them all.
     const history = this.openHistoryIds();
@@ -940,40 +1004,142 @@ export class LogStore {
     await this.root.transaction(() => {
       sealed.removeProject(projectId);
     });
-    await this.meta.put(PENDING_ERASURES, this.pendingErasures().filter((id) => id !== projectId));
     await this.root.flushed;
-    await this.compact();
+    if (stopped()) return erased;
+    await this.compactOnline();
     return erased;
   }
 
   /**
-   * Copies the environment with compaction (live pages only, so nothing freed survives) and swaps the copy in.
-   * Writes wait meanwhile; synchronous reads keep working on the old environment until the swap.
+   * Takes a project off the pending-erasure list: called once every file is clean of it (log, columns, snapshots), so
+   * a crash anywhere before finds it pending and erases (and compacts) again at the next start.
    */
-  async compact(): Promise<void> {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    while (this.gate) await this.gate;
-    this.gate = gate;
+  async erasureDone(projectId: string): Promise<void> {
+    if (this.gate) await this.gate;
+    this.touch('meta', PENDING_ERASURES);
+    await this.meta.put(PENDING_ERASURES, this.pendingErasures().filter((id) => id !== projectId));
+    await this.root.flushed;
+  }
+
+  /** Compacts the environment online (see compactOnline), after any erasure under way. */
+  compact(): Promise<void> {
+    const run = this.serial.then(() => this.compactOnline());
+    this.serial = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Copies the environment with compaction (live pages only, so nothing freed survives) while writes go on, then
+   * swaps the copy in. LMDB's copy reads one snapshot, in a thread of its own; appends meanwhile go to the old file and
+   * are copied over afterwards (their entries, from the sequence the copy began at, and the eventIds they carry), as
+   * are the projects, keys and meta entries written meanwhile (each write records its key in `copying`). Writes that
+   * are not on a request's path (sealed days, remembered-id upkeep, retention) wait for `copyGate` instead. Only the
+   * last catch-up and the swap run under `gate`: appends wait for a few milliseconds, not for the copy.
+   */
+  private async compactOnline(): Promise<void> {
     const tmp = `${this.file}.compact`;
+    let releaseCopy!: () => void;
+    this.copyGate = new Promise<void>((r) => (releaseCopy = r));
+    let target: RootDatabase | undefined;
     try {
       rmSync(tmp, { force: true });
+      rmSync(`${tmp}-lock`, { force: true });
       await this.root.transaction(() => {}); // every queued write is committed first
       await this.root.flushed;
+      this.copying = { touched: new Set(), copied: this.lastKey() };
       await this.root.backup(tmp, true);
-      // lmdb-js cannot open a path again while it is open in this process: close, swap the file, reopen.
-      this.swapKeys = new Map([...this.keys.getRange()].map(({ key, value }) => [key, value]));
-      this.swapping = true;
-      await this.root.close();
-      renameSync(tmp, this.file);
-      this.openEnv();
+      target = open({ path: tmp, mapSize: MAP_SIZE, maxDbs: 16, noSubdir: true });
+      const to = {
+        raw: target.openDB<Buffer, number>({ name: 'log', encoding: 'binary' }),
+        eventIds: target.openDB<number, IdKey>({ name: 'event_ids' }),
+        projects: target.openDB<Buffer, string>({ name: 'projects', encoding: 'binary' }),
+        keys: target.openDB<Buffer, string>({ name: 'keys', encoding: 'binary' }),
+        meta: target.openDB<Buffer, string>({ name: 'meta', encoding: 'binary' }),
+      };
+      // catch up without the gate until what is left is small
+      for (let round = 0; round < CATCH_UP_ROUNDS; round++) {
+        if ((await this.catchUp(target, to, CATCH_UP_SLICE_MS)) <= CATCH_UP_FINAL) break;
+      }
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      while (this.gate) await this.gate;
+      this.gate = gate;
+      try {
+        await this.root.transaction(() => {}); // appends that passed the gate before it closed are committed
+        await this.catchUp(target, to, Infinity);
+        await target.close();
+        target = undefined;
+        // lmdb-js cannot open a path again while it is open in this process: close, swap the file, reopen.
+        this.swapKeys = new Map([...this.keys.getRange()].map(({ key, value }) => [key, value]));
+        this.swapping = true;
+        await this.root.close();
+        renameSync(tmp, this.file);
+        this.openEnv();
+      } finally {
+        this.swapping = false;
+        this.swapKeys = undefined;
+        this.gate = undefined;
+        release();
+      }
     } finally {
-      this.swapping = false;
-      this.swapKeys = undefined;
+      this.copying = undefined;
+      if (target) await target.close().catch(() => {});
       rmSync(tmp, { force: true });
-      this.gate = undefined;
-      release();
+      rmSync(`${tmp}-lock`, { force: true });
+      this.copyGate = undefined;
+      releaseCopy();
     }
+  }
+
+  /**
+   * Copies into the compacted copy what was written to the live environment since the copy began (or since the last
+   * catch-up): log entries after `copying.copied` with their eventIds, msgpackr's shared structures, and the projects,
+   * keys and meta entries recorded in `copying.touched`. Transactions of at most `sliceMs` of work. Returns how many
+   * entries and keys it copied.
+   */
+  private async catchUp(
+    target: RootDatabase,
+    to: { raw: Database<Buffer, number>; eventIds: Database<number, IdKey>; projects: Database<Buffer, string>; keys: Database<Buffer, string>; meta: Database<Buffer, string> },
+    sliceMs: number,
+  ): Promise<number> {
+    const copying = this.copying!;
+    let n = 0;
+    for (let more = true; more; ) {
+      more = false;
+      await target.transaction(() => {
+        const until = performance.now() + sliceMs;
+        const structures = this.raw.get(STRUCTURES_KEY);
+        if (structures !== undefined) to.raw.putSync(STRUCTURES_KEY, structures);
+        for (const { key, value } of this.raw.getRange({ start: copying.copied + 1 })) {
+          to.raw.putSync(key, value);
+          const { records } = this.entryRecords(key, value);
+          for (const r of records ?? []) if (r.t === 'e' && r.eventId !== undefined) to.eventIds.putSync([r.p, r.eventId], r.rt);
+          copying.copied = key;
+          n++;
+          if (performance.now() >= until) {
+            more = true;
+            return;
+          }
+        }
+        const dbs = { projects: [this.projects, to.projects], keys: [this.keys, to.keys], meta: [this.meta, to.meta] } as const;
+        for (const t of copying.touched) {
+          const [db, key] = t.split('\u0000') as [keyof typeof dbs, string];
+          const [from, into] = dbs[db];
+          const bytes = (from as Database<unknown, string>).getBinary(key);
+          if (bytes === undefined) into.removeSync(key);
+          else into.putSync(key, bytes);
+          n++;
+        }
+        copying.touched.clear();
+      });
+      if (more) await yieldTurn();
+    }
+    return n;
+  }
+
+  /** Records a write of projects, keys or meta while a compaction copies (see compactOnline). */
+  private touch(db: 'projects' | 'keys' | 'meta', key: string): void {
+    this.copying?.touched.add(`${db}\u0000${key}`);
   }
 
   /**
@@ -992,6 +1158,8 @@ export class LogStore {
   /** Stores a project and its key hashes in one transaction. */
   async putProject(project: ProjectRecord, keyHashes: Array<[string, KeyRecord]>): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('projects', project.id);
+    for (const [h] of keyHashes) this.touch('keys', h);
     await this.root.transaction(() => {
       void this.projects.put(project.id, project);
       for (const [h, rec] of keyHashes) void this.keys.put(h, rec);
@@ -1001,15 +1169,21 @@ export class LogStore {
 
   async putKey(hash: string, record: KeyRecord): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('keys', hash);
     await this.keys.put(hash, record);
     await this.root.flushed;
   }
 
   /** Makes `hash` the only admin key: every other admin key record is deleted, in one transaction. */
   async replaceAdminKeys(hash: string, record: KeyRecord): Promise<void> {
+    if (this.gate) await this.gate;
+    this.touch('keys', hash);
     await this.root.transaction(() => {
       for (const { key, value } of this.keys.getRange()) {
-        if (value.kind === 'admin' && key !== hash) void this.keys.remove(key);
+        if (value.kind === 'admin' && key !== hash) {
+          this.touch('keys', key);
+          void this.keys.remove(key);
+        }
       }
       void this.keys.put(hash, record);
     });
@@ -1028,6 +1202,7 @@ export class LogStore {
 
   async putMeta(key: string, value: unknown): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('meta', key);
     await this.meta.put(key, value);
     await this.root.flushed;
   }
@@ -1038,6 +1213,7 @@ export class LogStore {
 
   async saveSalts(salts: Salt[]): Promise<void> {
     if (this.gate) await this.gate;
+    this.touch('meta', 'salts');
     await this.meta.put('salts', salts);
     await this.root.flushed;
   }
@@ -1089,7 +1265,7 @@ export class LogStore {
 
   /** The remembered eventIds (see remembered-ids.ts). */
   openRememberedIds(): RememberedIds {
-    return (this.rememberedIds ??= new RememberedIds(this.eventIds, this.eventIdsRaw, () => this.gate, (since, after) => this.eventIdsSince(since, after), this.file));
+    return (this.rememberedIds ??= new RememberedIds(this.eventIds, this.eventIdsRaw, () => this.copyGate ?? this.gate, (since, after) => this.eventIdsSince(since, after), this.file));
   }
 
   /** The eventIds of history, kept for good (see history-ids.ts). */
@@ -1099,7 +1275,7 @@ export class LogStore {
 
   /** Sealed days and month rollups, in this environment (see sealed-store.ts). */
   openSealedStore(): SealedStore {
-    return (this.sealedStore ??= new SealedStore(this.root, () => this.gate));
+    return (this.sealedStore ??= new SealedStore(this.root, () => this.copyGate ?? this.gate));
   }
 
   async close(): Promise<void> {
