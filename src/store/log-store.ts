@@ -993,12 +993,19 @@ export class LogStore {
     // Its history ids, in slices (an import may have left millions): no transaction holds them all.
     const history = this.openHistoryIds();
     for (;;) {
+      if (stopped()) return erased;
       const part: IdKey[] = [];
-      for (const k of history.keysOf(projectId)) if (part.push(k) >= ERASE_BATCH) break;
+      const until = performance.now() + ERASE_SLICE_MS / 2;
+      for (const k of history.keysOf(projectId)) {
+        part.push(k);
+        if (performance.now() >= until) break;
+      }
       if (part.length === 0) break;
+      if (this.gate) await this.gate;
       await this.root.transaction(() => {
         for (const k of part) void this.historyIdsDb.remove(k);
       });
+      await yieldTurn();
     }
     const sealed = this.openSealedStore();
     await this.root.transaction(() => {
@@ -1052,6 +1059,7 @@ export class LogStore {
       const to = {
         raw: target.openDB<Buffer, number>({ name: 'log', encoding: 'binary' }),
         eventIds: target.openDB<number, IdKey>({ name: 'event_ids' }),
+        historyIds: target.openDB<number, IdKey>({ name: 'history_ids' }),
         projects: target.openDB<Buffer, string>({ name: 'projects', encoding: 'binary' }),
         keys: target.openDB<Buffer, string>({ name: 'keys', encoding: 'binary' }),
         meta: target.openDB<Buffer, string>({ name: 'meta', encoding: 'binary' }),
@@ -1099,7 +1107,7 @@ export class LogStore {
    */
   private async catchUp(
     target: RootDatabase,
-    to: { raw: Database<Buffer, number>; eventIds: Database<number, IdKey>; projects: Database<Buffer, string>; keys: Database<Buffer, string>; meta: Database<Buffer, string> },
+    to: { raw: Database<Buffer, number>; eventIds: Database<number, IdKey>; historyIds: Database<number, IdKey>; projects: Database<Buffer, string>; keys: Database<Buffer, string>; meta: Database<Buffer, string> },
     sliceMs: number,
   ): Promise<number> {
     const copying = this.copying!;
@@ -1113,7 +1121,12 @@ export class LogStore {
         for (const { key, value } of this.raw.getRange({ start: copying.copied + 1 })) {
           to.raw.putSync(key, value);
           const { records } = this.entryRecords(key, value);
-          for (const r of records ?? []) if (r.t === 'e' && r.eventId !== undefined) to.eventIds.putSync([r.p, r.eventId], r.rt);
+          for (const r of records ?? []) {
+            if (r.t !== 'e' || r.eventId === undefined) continue;
+            // history ids are kept for good in their own table; live ones in the 48-hour table, as the append wrote them
+            if (r.h === 1) to.historyIds.putSync([r.p, r.eventId], 1);
+            else to.eventIds.putSync([r.p, r.eventId], r.rt);
+          }
           copying.copied = key;
           n++;
           if (performance.now() >= until) {
