@@ -6,7 +6,9 @@ import type { StoredEvent } from '../src/core/types.ts';
  * DuckDB as the bench's yardstick for the questions (issue "Ask anything", Q1–Q6): the same events in an in-memory
  * DuckDB table, and each question answered by one SQL statement with the contract's semantics (CONTRACT.md "Questions:
  * POST /query", "Goals and funnels"), in the column store's answer shapes so both can be compared with deepEqual.
- * Visits are computed from the events by each statement (no table prepared for a question), as an analyst would ask.
+ * Visits are computed from the events by each statement (no table prepared for a question), as an analyst would ask;
+ * the table's one addition is `ord`, the events' rank by time then log order (`seq`), so "first" and "last" are one
+ * integer comparison.
  *
  * Covered: metrics visitors, visits, pageviews, events, bounceRate, viewsPerVisit, visitDuration; at most one dimension
  * (a visit-level one, `page`, `event`, `time:hour` or `time:day`); filters on those dimensions; funnels of event or page
@@ -73,7 +75,8 @@ export async function loadDuckDb(events: Iterable<StoredEvent>): Promise<DuckDb>
   push();
   appender.closeSync();
   await connection.run(
-    `CREATE TABLE events AS SELECT * REPLACE (CAST(ts AS BIGINT) AS ts, CAST(rt AS BIGINT) AS rt, CAST(day AS DATE) AS day, CAST(seq AS BIGINT) AS seq) FROM raw ORDER BY seq`,
+    `CREATE TABLE events AS SELECT * REPLACE (CAST(ts AS BIGINT) AS ts, CAST(rt AS BIGINT) AS rt, CAST(day AS DATE) AS day, CAST(seq AS BIGINT) AS seq),
+       row_number() OVER (ORDER BY ts, seq) AS ord FROM raw ORDER BY seq`,
   );
   await connection.run('DROP TABLE raw');
   return { instance, connection, events: seq };
@@ -129,20 +132,32 @@ function filterSql([op, dim, values]: Filter, timeZone: string): string {
 
 const isVisitLevel = (d: Dimension): boolean => d in VISIT_COLUMN;
 
-/** The range's visits of a project: (sessionId, day), values of the first event, entry / exit page, page views, duration. */
-function visitsCte(projectId: string, from: string, to: string): string {
-  const first = '(ts, seq)';
+/** Visit-table columns by name: the values of the first event (least `ord`), entry / exit page, page views, duration. */
+const VISIT_AGG: Record<string, string> = {
+  visitor: 'arg_min(user, ord)',
+  source: 'arg_min(source, ord)',
+  utmMedium: 'arg_min(utmMedium, ord)',
+  utmCampaign: 'arg_min(utmCampaign, ord)',
+  country: 'arg_min(country, ord)',
+  device: 'arg_min(device, ord)',
+  browser: 'arg_min(browser, ord)',
+  os: 'arg_min(os, ord)',
+  entry: "arg_min(path, ord) FILTER (WHERE event = 'page_view')",
+  exit: "arg_max(path, ord) FILTER (WHERE event = 'page_view')",
+  pv: "count(*) FILTER (WHERE event = 'page_view')",
+  dur: 'max(ts) - min(ts)',
+};
+
+/** The range's events of a project, and its visits (sessionId, day) with the columns a question reads. */
+function visitsCte(projectId: string, from: string, to: string, need: Iterable<string>): string {
+  const cols = [...new Set(need)].map((c) => `${VISIT_AGG[c]} AS ${c}`);
   return `ev AS (SELECT * FROM events WHERE p = ${lit(projectId)} AND day BETWEEN DATE ${lit(from)} AND DATE ${lit(to)}),
-v AS (
-  SELECT sessionId, day,
-    arg_min(user, ${first}) AS visitor,
-    arg_min(source, ${first}) AS source, arg_min(utmMedium, ${first}) AS utmMedium, arg_min(utmCampaign, ${first}) AS utmCampaign,
-    arg_min(country, ${first}) AS country, arg_min(device, ${first}) AS device, arg_min(browser, ${first}) AS browser, arg_min(os, ${first}) AS os,
-    arg_min(path, ${first}) FILTER (WHERE event = 'page_view') AS entry,
-    arg_max(path, ${first}) FILTER (WHERE event = 'page_view') AS exit,
-    count(*) FILTER (WHERE event = 'page_view') AS pv,
-    max(ts) - min(ts) AS dur
-  FROM ev GROUP BY sessionId, day)`;
+v AS (SELECT sessionId, day, ${cols.join(', ')} FROM ev GROUP BY sessionId, day)`;
+}
+
+/** The visit-table columns named in some SQL (as `v.<name>`), besides those always read. */
+function visitColumnsOf(sql: string, always: string[]): string[] {
+  return [...always, ...Object.keys(VISIT_AGG).filter((c) => sql.includes(`v.${c}`))];
 }
 
 /** A metric from a row's sums, with the column store's rounding (the same double arithmetic as JavaScript's). */
@@ -184,7 +199,8 @@ export function querySql(q: Question, projectId = BENCH_PROJECT, timeZone = 'UTC
   const sel = `sel AS (SELECT e.event, e.sessionId, e.day, v.visitor, v.pv, v.dur${d ? `, ${dimExpr(d, timeZone)} AS d` : ''}
   FROM ev e JOIN v USING (sessionId, day)${where.length ? ` WHERE ${where.join(' AND ')}` : ''})`;
   const totals = `tot AS (SELECT ${SUMS} FROM (${perVisit('')}))`;
-  if (!d) return `WITH ${visitsCte(projectId, q.from, q.to)}, ${sel}, ${totals} SELECT ${metrics} FROM tot`;
+  const need = visitColumnsOf(sel, ['visitor', 'pv', 'dur']);
+  if (!d) return `WITH ${visitsCte(projectId, q.from, q.to, need)}, ${sel}, ${totals} SELECT ${metrics} FROM tot`;
   const rows = `r AS (SELECT d, ${SUMS} FROM (${perVisit('d,')}) WHERE d IS NOT NULL GROUP BY d)`;
   // a time dimension alone: every bucket of the range is a row, zeros included
   let rowSource = 'r';
@@ -204,7 +220,7 @@ export function querySql(q: Question, projectId = BENCH_PROJECT, timeZone = 'UTC
   const mcols = q.metrics.map((_, i) => `m${i}`).join(', ');
   const ranked = `ranked AS (SELECT d, ${mcols}, count(*) OVER () AS totalRows, row_number() OVER (ORDER BY ${[...order, 'd ASC'].join(', ')}) AS rn
     FROM (SELECT d, ${metrics} FROM ${rowSource}))`;
-  return `WITH ${visitsCte(projectId, q.from, q.to)}, ${sel}, ${totals}, ${rows}, ${ranked}
+  return `WITH ${visitsCte(projectId, q.from, q.to, need)}, ${sel}, ${totals}, ${rows}, ${ranked}
 SELECT 0 AS totalsRow, rn, d, ${mcols}, totalRows FROM ranked WHERE rn > ${q.offset} AND rn <= ${q.offset + q.limit}
 UNION ALL SELECT 1, 0, NULL, ${metrics}, NULL FROM tot
 ORDER BY totalsRow, rn`;
@@ -224,11 +240,11 @@ export function funnelSql(q: FunnelQuestion, projectId = BENCH_PROJECT, timeZone
   const match = q.steps.map((s) => (s.event !== undefined ? `e.event = ${lit(s.event)}` : `e.event = 'page_view' AND e.path LIKE ${lit(likePattern(s.page ?? ''))} ESCAPE '\\'`));
   const steps = match.map((m, i) =>
     i === 0
-      ? `s0 AS (SELECT e.sessionId, e.day, min((e.ts, e.seq)) AS k FROM ev e JOIN fv USING (sessionId, day) WHERE ${m} GROUP BY e.sessionId, e.day)`
-      : `s${i} AS (SELECT e.sessionId, e.day, min((e.ts, e.seq)) AS k FROM ev e JOIN s${i - 1} s USING (sessionId, day) WHERE ${m} AND (e.ts, e.seq) > s.k GROUP BY e.sessionId, e.day)`,
+      ? `s0 AS (SELECT e.sessionId, e.day, min(e.ord) AS k FROM ev e JOIN fv USING (sessionId, day) WHERE ${m} GROUP BY e.sessionId, e.day)`
+      : `s${i} AS (SELECT e.sessionId, e.day, min(e.ord) AS k FROM ev e JOIN s${i - 1} s USING (sessionId, day) WHERE ${m} AND e.ord > s.k GROUP BY e.sessionId, e.day)`,
   );
   const counts = match.map((_, i) => `SELECT ${i} AS step, count(*)::DOUBLE AS visits, count(DISTINCT fv.visitor)::DOUBLE AS visitors FROM s${i} JOIN fv USING (sessionId, day)`);
-  return `WITH ${visitsCte(projectId, q.from, q.to)}, fv AS (SELECT * FROM v${filters.length ? ` WHERE ${filters.join(' AND ')}` : ''}),
+  return `WITH ${visitsCte(projectId, q.from, q.to, visitColumnsOf(filters.join(' '), ['visitor']))}, fv AS (SELECT * FROM v${filters.length ? ` WHERE ${filters.join(' AND ')}` : ''}),
 ${steps.join(',\n')}
 ${counts.join('\nUNION ALL ')} ORDER BY step`;
 }
