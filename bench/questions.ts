@@ -132,6 +132,8 @@ export async function runQuestions(p: QuestionParams, log: (line: string) => voi
     }
     if (batch.length > 0) columns.fold(seq, batch);
     await columns.flush();
+    // a second flush finds every day idle and merges its segments, as the service does a flush interval after a day's last event
+    await columns.flush();
     const foldSeconds = (performance.now() - foldStarted) / 1000;
     const size = store.size();
     const from = new Date(end - p.days * DAY_MS).toISOString().slice(0, 10);

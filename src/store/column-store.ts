@@ -2,7 +2,8 @@ import { existsSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import { decodeSegment, verifySegment } from '../core/columns/codec.ts';
+import { decodeDay, decodeSegment, verifySegment } from '../core/columns/codec.ts';
+import type { VisitTable } from '../core/columns/day-table.ts';
 import type { SegmentView } from '../core/columns/segment.ts';
 
 /**
@@ -26,13 +27,15 @@ type SegKey = [string, string, number];
 export interface StoredSegment {
   segNo: number;
   view: SegmentView;
+  /** a merged day's visit table */
+  table: VisitTable | undefined;
 }
 
 export class ColumnStore {
   private root!: RootDatabase;
   private segs!: Database<Buffer, SegKey>;
   private meta!: Database<unknown, string>;
-  private readonly cache = new Map<string, { view: SegmentView; bytes: number }>();
+  private readonly cache = new Map<string, { view: SegmentView; table: VisitTable | undefined; bytes: number }>();
   private cacheBytes = 0;
   private gate: Promise<void> | undefined;
   readonly file: string;
@@ -80,7 +83,7 @@ export class ColumnStore {
         this.cache.delete(ck); // most recent last
         this.cache.set(ck, hit);
       } else {
-        hit = { view: decodeSegment(value), bytes: value.byteLength };
+        hit = { ...decodeDay(value), bytes: value.byteLength };
         this.cache.set(ck, hit);
         this.cacheBytes += hit.bytes;
         for (const [k, v] of this.cache) {
@@ -89,7 +92,7 @@ export class ColumnStore {
           this.cacheBytes -= v.bytes;
         }
       }
-      out.push({ segNo: key[2], view: hit.view });
+      out.push({ segNo: key[2], view: hit.view, table: hit.table });
     }
     return out;
   }
@@ -101,6 +104,21 @@ export class ColumnStore {
       for (const s of segments) this.segs.putSync([s.projectId, s.day, s.segNo], Buffer.from(s.bytes.buffer, s.bytes.byteOffset, s.bytes.byteLength));
       if (marker > this.marker()) this.meta.putSync(MARKER, marker);
     });
+  }
+
+  /**
+   * Replaces segments of one project-day by their merge, stored under the last of their numbers (a segment started
+   * meanwhile has a higher number, so it neither collides nor moves before the merge).
+   */
+  async replaceDay(projectId: string, day: string, segNos: readonly number[], bytes: Uint8Array): Promise<void> {
+    await this.settled();
+    const last = Math.max(...segNos);
+    await this.root.transaction(() => {
+      for (const n of segNos) if (n !== last) this.segs.removeSync([projectId, day, n]);
+      this.segs.putSync([projectId, day, last], Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    });
+    const prefix = `${projectId}\u0000${day}\u0000`;
+    this.forget((k) => k.startsWith(prefix));
   }
 
   /** Removes every segment of a project, then compacts the file so none of its bytes stay in freed pages. */

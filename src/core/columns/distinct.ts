@@ -1,0 +1,138 @@
+/**
+ * Distinct visitors without a JS Set per visit. Inside a day, visitors have day-local codes, so a row's visitors of
+ * the day are deduplicated by (row, visitor code) in a reused open-addressing table (PairSet). Across days a row
+ * keeps the visitor hashes it saw, one per day and visitor: counted exactly by sorting (or by their number when one
+ * day contributed), and past EXACT_LIMIT folded into a HyperLogLog sketch (the contract allows 1 % for a range).
+ */
+
+/** Hashes a row keeps exactly before it switches to a sketch: sorting this many costs ~3 ms. */
+const EXACT_LIMIT = 65_536;
+/** Sketch registers: 2^17 gives a standard error of 1.04 / √2^17 ≈ 0.29 %, well inside the 1 % allowed. */
+const HLL_BITS = 17;
+const HLL_M = 2 ** HLL_BITS;
+const TWO_32 = 4_294_967_296;
+const POW2_NEG = Float64Array.from({ length: 64 }, (_, r) => 2 ** -r);
+
+/** Adds a 53-bit hash (hash53) to a sketch: the low bits pick the register, the other 36 give the rank. */
+function hllAdd(regs: Uint8Array, h: number): void {
+  const idx = h % HLL_M;
+  const w = Math.floor(h / HLL_M);
+  const hi = Math.floor(w / TWO_32);
+  const rank = hi !== 0 ? Math.clz32(hi) - 27 : 5 + Math.clz32(w >>> 0);
+  if (rank > regs[idx]!) regs[idx] = rank;
+}
+
+function hllEstimate(regs: Uint8Array): number {
+  let sum = 0;
+  let zeros = 0;
+  for (let i = 0; i < regs.length; i++) {
+    const r = regs[i]!;
+    sum += POW2_NEG[r]!;
+    if (r === 0) zeros++;
+  }
+  const m = regs.length;
+  const e = ((0.7213 / (1 + 1.079 / m)) * m * m) / sum;
+  return Math.round(e <= 2.5 * m && zeros > 0 ? m * Math.log(m / zeros) : e);
+}
+
+/** The distinct visitors of one row over the days of a question. */
+export class Distinct {
+  private list = new Float64Array(8);
+  private len = 0;
+  private regs: Uint8Array | undefined;
+  private lastDay = -1;
+  private days = 0;
+
+  /** A visitor's hash, at most once per day (the caller deduplicates inside a day). */
+  add(h: number, day: number): void {
+    if (day !== this.lastDay) {
+      this.lastDay = day;
+      this.days++;
+    }
+    if (this.regs) {
+      hllAdd(this.regs, h);
+      return;
+    }
+    if (this.len === this.list.length) {
+      if (this.len >= EXACT_LIMIT) {
+        const regs = new Uint8Array(HLL_M);
+        for (let i = 0; i < this.len; i++) hllAdd(regs, this.list[i]!);
+        hllAdd(regs, h);
+        this.regs = regs;
+        this.list = new Float64Array(0);
+        return;
+      }
+      const l = new Float64Array(this.len * 2);
+      l.set(this.list);
+      this.list = l;
+    }
+    this.list[this.len++] = h;
+  }
+
+  count(): number {
+    if (this.regs) return hllEstimate(this.regs);
+    if (this.days <= 1) return this.len;
+    const s = this.list.subarray(0, this.len).sort();
+    let c = 0;
+    for (let i = 0; i < s.length; i++) if (i === 0 || s[i] !== s[i - 1]) c++;
+    return c;
+  }
+}
+
+/** First capacity of a PairSet; it doubles when half full. */
+const PAIRS_INITIAL = 4_096;
+
+/** A set of non-negative integer keys (< 2^53) cleared in O(1): entries of an older generation count as empty. */
+export class PairSet {
+  private keys = new Float64Array(PAIRS_INITIAL);
+  private gen = new Int32Array(PAIRS_INITIAL);
+  private cur = 1;
+  private size = 0;
+
+  clear(): void {
+    this.cur++;
+    this.size = 0;
+  }
+
+  /** true when the key was not in the set */
+  add(key: number): boolean {
+    if (this.size * 2 >= this.keys.length) this.grow();
+    const mask = this.keys.length - 1;
+    let i = slot(key) & mask;
+    const gen = this.gen;
+    const cur = this.cur;
+    while (gen[i] === cur) {
+      if (this.keys[i] === key) return false;
+      i = (i + 1) & mask;
+    }
+    gen[i] = cur;
+    this.keys[i] = key;
+    this.size++;
+    return true;
+  }
+
+  private grow(): void {
+    const oldKeys = this.keys;
+    const oldGen = this.gen;
+    const cur = this.cur;
+    this.keys = new Float64Array(oldKeys.length * 2);
+    this.gen = new Int32Array(oldKeys.length * 2);
+    this.cur = 1;
+    const mask = this.keys.length - 1;
+    for (let j = 0; j < oldKeys.length; j++) {
+      if (oldGen[j] !== cur) continue;
+      let i = slot(oldKeys[j]!) & mask;
+      while (this.gen[i] === 1) i = (i + 1) & mask;
+      this.gen[i] = 1;
+      this.keys[i] = oldKeys[j]!;
+    }
+  }
+}
+
+function slot(key: number): number {
+  const lo = key >>> 0;
+  const hi = Math.floor(key / TWO_32) | 0;
+  let h = Math.imul(lo ^ Math.imul(hi, 0x27d4eb2f), 0x9e3779b1);
+  h ^= h >>> 15;
+  return Math.imul(h, 0x85ebca6b) ^ (h >>> 13);
+}
