@@ -35,7 +35,8 @@ export class ColumnStore {
   private root!: RootDatabase;
   private segs!: Database<Buffer, SegKey>;
   private meta!: Database<unknown, string>;
-  private readonly cache = new Map<string, { view: SegmentView; table: VisitTable | undefined; bytes: number }>();
+  /** decoded segments by project-day (the whole list, so a cached day costs no read), most recently used last */
+  private readonly cache = new Map<string, { list: StoredSegment[]; bytes: number }>();
   private cacheBytes = 0;
   private gate: Promise<void> | undefined;
   readonly file: string;
@@ -75,26 +76,28 @@ export class ColumnStore {
 
   /** The sealed segments of one project-day, in segment order (decoded views, cached). */
   day(projectId: string, day: string): StoredSegment[] {
-    const out: StoredSegment[] = [];
-    for (const { key, value } of this.segs.getRange({ start: [projectId, day, 0], end: [projectId, day, Number.MAX_SAFE_INTEGER] })) {
-      const ck = `${projectId}\u0000${day}\u0000${key[2]}`;
-      let hit = this.cache.get(ck);
-      if (hit) {
-        this.cache.delete(ck); // most recent last
-        this.cache.set(ck, hit);
-      } else {
-        hit = { ...decodeDay(value), bytes: value.byteLength };
-        this.cache.set(ck, hit);
-        this.cacheBytes += hit.bytes;
-        for (const [k, v] of this.cache) {
-          if (this.cacheBytes <= CACHE_BYTES) break;
-          this.cache.delete(k);
-          this.cacheBytes -= v.bytes;
-        }
-      }
-      out.push({ segNo: key[2], view: hit.view, table: hit.table });
+    const ck = `${projectId}\u0000${day}\u0000`;
+    let hit = this.cache.get(ck);
+    if (hit) {
+      this.cache.delete(ck); // most recent last
+      this.cache.set(ck, hit);
+      return hit.list;
     }
-    return out;
+    const list: StoredSegment[] = [];
+    let bytes = 0;
+    for (const { key, value } of this.segs.getRange({ start: [projectId, day, 0], end: [projectId, day, Number.MAX_SAFE_INTEGER] })) {
+      list.push({ segNo: key[2], ...decodeDay(value) });
+      bytes += value.byteLength;
+    }
+    hit = { list, bytes };
+    this.cache.set(ck, hit);
+    this.cacheBytes += bytes;
+    for (const [k, v] of this.cache) {
+      if (this.cacheBytes <= CACHE_BYTES) break;
+      this.cache.delete(k);
+      this.cacheBytes -= v.bytes;
+    }
+    return list;
   }
 
   /** Writes segments and the marker in one transaction. */
@@ -104,6 +107,8 @@ export class ColumnStore {
       for (const s of segments) this.segs.putSync([s.projectId, s.day, s.segNo], Buffer.from(s.bytes.buffer, s.bytes.byteOffset, s.bytes.byteLength));
       if (marker > this.marker()) this.meta.putSync(MARKER, marker);
     });
+    const days = new Set(segments.map((x) => `${x.projectId}\u0000${x.day}\u0000`));
+    this.forget((k) => days.has(k));
   }
 
   /**
