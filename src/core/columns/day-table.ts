@@ -228,3 +228,49 @@ export function visitTable(view: SegmentView, start: Int32Array, V: number, U: n
   for (let u = 0; u < ud.length; u++) userHash[u] = hash53(ud[u]!);
   return { V, U, start, firstT, lastT, pv, entry, exit, user: vUser, userHash, col: (c) => vcols.get(c)! };
 }
+
+/** For each code of an event column: the visits with at least one event of that code (CSR: lists[at[c] .. at[c+1]-1]). */
+export interface VisitLists {
+  at: Int32Array;
+  visits: Int32Array;
+}
+
+const listsCache = new WeakMap<VisitTable, Map<Codes, VisitLists>>();
+
+/**
+ * The visit lists of one event column of a day (built on first use and kept while the day's table is cached), so a
+ * selective event filter walks only the visits that can pass it.
+ */
+export function visitLists(t: VisitTable, codes: Codes, dictSize: number): VisitLists {
+  let byCol = listsCache.get(t);
+  if (!byCol) listsCache.set(t, (byCol = new Map()));
+  let l = byCol.get(codes);
+  if (l) return l;
+  const C = dictSize + 1;
+  const last = new Int32Array(C).fill(-1);
+  const at = new Int32Array(C + 1);
+  const { V, start } = t;
+  for (let v = 0; v < V; v++) {
+    for (let k = start[v]!; k < start[v + 1]!; k++) {
+      const c = codes[k]!;
+      if (last[c] === v) continue;
+      last[c] = v;
+      at[c + 1]!++;
+    }
+  }
+  for (let c = 0; c < C; c++) at[c + 1]! += at[c]!;
+  const cursor = at.slice(0, C);
+  const visits = new Int32Array(at[C]!);
+  last.fill(-1);
+  for (let v = 0; v < V; v++) {
+    for (let k = start[v]!; k < start[v + 1]!; k++) {
+      const c = codes[k]!;
+      if (last[c] === v) continue;
+      last[c] = v;
+      visits[cursor[c]!++] = v;
+    }
+  }
+  l = { at, visits };
+  byCol.set(codes, l);
+  return l;
+}

@@ -12,7 +12,7 @@
  */
 
 import type { Dimension, Filter, FunnelQuestion, FunnelStepAnswer, Goal, Metric, Question, QueryAnswer, QueryRow, TimeDimension } from '../query/types.ts';
-import { PAGE_VIEW, type DayTable, type VisitValueColumn } from './day-table.ts';
+import { PAGE_VIEW, visitLists, type DayTable, type VisitValueColumn } from './day-table.ts';
 import { Distinct, PairSet } from './distinct.ts';
 import type { Codes, ValueColumn } from './segment.ts';
 import { dayBucket, dayHours, rangeBuckets } from './time-buckets.ts';
@@ -166,6 +166,7 @@ abstract class DayScan {
   protected NAME: Codes = EMPTY;
   protected PATH: Codes = EMPTY;
   protected vPass = new Uint8Array(0);
+  private vMark = new Uint8Array(0);
   // event filters of the day: value filters as (codes, match), goal filters as (names, paths, negate)
   protected efCodes: Codes[] = [];
   protected efMatch: Uint8Array[] = [];
@@ -285,8 +286,31 @@ abstract class DayScan {
       for (let f = 0; ok && f < nf; f++) ok = vfMatch[f]![vfCodes[f]![v]!] === 1;
       pass[v] = ok ? 1 : 0;
     }
+    // an event filter no event without a value passes: only visits with an event of a passing value can be selected
+    for (let f = 0; f < this.efCodes.length; f++) if (this.efMatch[f]![0] === 0) this.onlyVisitsWith(this.efCodes[f]!, this.efMatch[f]!);
+    for (const [codes, match] of this.candidates()) this.onlyVisitsWith(codes, match);
     this.pairs.clear();
     return true;
+  }
+
+  /** More (codes, match) pairs that every selected visit must have an event of (the funnel's first step). */
+  protected candidates(): Array<[Codes, Uint8Array]> {
+    return [];
+  }
+
+  /** Keeps in vPass only the visits with at least one event whose code passes `match`. */
+  protected onlyVisitsWith(codes: Codes, match: Uint8Array): void {
+    const t = this.dt.table;
+    const lists = visitLists(t, codes, match.length - 1);
+    if (this.vMark.length < t.V) this.vMark = new Uint8Array(Math.max(t.V, this.vMark.length * 2));
+    const mark = this.vMark;
+    mark.fill(0, 0, t.V);
+    for (let c = 1; c < match.length; c++) {
+      if (match[c] !== 1) continue;
+      for (let i = lists.at[c]!; i < lists.at[c + 1]!; i++) mark[lists.visits[i]!] = 1;
+    }
+    const pass = this.vPass;
+    for (let v = 0; v < t.V; v++) pass[v]! &= mark[v]!;
   }
 
   /** Does event k pass every event-level filter? */
@@ -362,6 +386,10 @@ export class QueryRun extends DayScan {
   private stampSeq = 0;
   private readonly timeDim: TimeDimension | undefined;
   private readonly visitLevelOnly: boolean;
+  /** events and pageviews are asked (else a visit-level row stops at the visit's first selected event) */
+  private readonly needEventCounts: boolean;
+  /** per visitor of the day: the first row it was counted in (−1: none yet); other rows go through the PairSet */
+  private userRow = new Int32Array(0);
   private readonly codes = [0, 0, 0];
   private seenToday = new Uint8Array(0);
 
@@ -384,6 +412,7 @@ export class QueryRun extends DayScan {
     if (this.timeDim) for (const b of rangeBuckets(this.timeDim, q.from, q.to, timeZone)) this.space('time').code(b);
     this.needVisitors = q.metrics.includes('visitors') || q.metrics.includes('conversionRate');
     this.visitLevelOnly = this.dims.every(isVisitLevel);
+    this.needEventCounts = q.metrics.includes('events') || q.metrics.includes('pageviews');
   }
 
   addDay(day: string, dt: DayTable | undefined): void {
@@ -430,6 +459,9 @@ export class QueryRun extends DayScan {
     }
     if (this.seenToday.length < U) this.seenToday = new Uint8Array(Math.max(U, this.seenToday.length * 2));
     else this.seenToday.fill(0, 0, U);
+    if (this.userRow.length < U) this.userRow = new Int32Array(Math.max(U, this.userRow.length * 2));
+    this.userRow.fill(-1, 0, U);
+    const needEventCounts = this.needEventCounts;
     const pass = this.vPass;
     const pvDay = this.pvDay;
     const NAME = this.NAME;
@@ -463,10 +495,14 @@ export class QueryRun extends DayScan {
         const pv = pvDay[NAME[k]!]!;
         rows.events[0]!++;
         rows.pageviews[0]! += pv;
-        if (nd === 0) continue;
+        if (nd === 0) {
+          if (!needEventCounts) break;
+          continue;
+        }
         if (this.visitLevelOnly) {
           if (visitRow === -2) visitRow = this.visitRow(v, dimCodes, dimRemap);
           if (visitRow >= 0) this.count(visitRow, v, stamp, pv);
+          if (!needEventCounts) break;
           continue;
         }
         let goalDim = -1;
@@ -575,7 +611,12 @@ export class QueryRun extends DayScan {
     if (r === 0) {
       if (this.seenToday[u] === 1) return;
       this.seenToday[u] = 1;
-    } else if (!this.pairs.add(r * t.U + u)) return;
+    } else {
+      const first = this.userRow[u]!;
+      if (first === r) return;
+      if (first < 0) this.userRow[u] = r;
+      else if (!this.pairs.add(r * t.U + u)) return;
+    }
     rows.distinct[r]!.add(t.userHash[u]!, this.dayIndex);
   }
 
@@ -688,6 +729,18 @@ export class FunnelRun extends DayScan {
     });
     this.visits = q.steps.map(() => 0);
     this.visitors = q.steps.map(() => new Distinct());
+  }
+
+  /** Only visits with an event matching the first step can reach any step. */
+  protected override candidates(): Array<[Codes, Uint8Array]> {
+    const first = this.steps[0]!;
+    const view = this.dt.view;
+    if (first.page) return [[view.column('path'), compose(first.page, this.remaps.get('path')!)]];
+    const names = view.dict('name');
+    const m = new Uint8Array(names.length + 1);
+    const c = names.indexOf(first.name!) + 1;
+    if (c > 0) m[c] = 1;
+    return [[view.column('name'), m]];
   }
 
   addDay(day: string, dt: DayTable | undefined): void {
