@@ -34,8 +34,10 @@ interface Meta {
   visitBase: number;
   userBase: number;
   time: number;
-  visit: Block;
-  user: Block;
+  /** absent in a merged day: its events are grouped by visit (the table's starts give each event's visit) */
+  visit?: Block;
+  /** absent in a merged day: every event of a visit stands for the visit's visitor (only the first event's counts) */
+  user?: Block;
   visits: Block;
   users: Block;
   cols: Record<string, { codes: Block; dict: Block }>;
@@ -89,8 +91,8 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
   };
   const n = s.n;
   const time = add(new Uint8Array(s.time.slice(0, n).buffer));
-  const visit = codes(s.visit, n);
-  const user = codes(s.user, n);
+  const visit = table ? undefined : codes(s.visit, n);
+  const user = table ? undefined : codes(s.user, n);
   const visits = dict(s.visitDict());
   const users = dict(s.userDict());
   const cols: Meta['cols'] = {};
@@ -194,6 +196,9 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
   const props = new Map(meta.props.map((p) => [p.key, p]));
   const propCols = new Map<string, PropColumn>();
   const keys = meta.props.map((p) => p.key);
+  let visitCodes: Codes | undefined;
+  let userCodes: Codes | undefined;
+  let table: VisitTable | undefined;
   const segment: SegmentView = {
     n,
     firstSeq: meta.firstSeq,
@@ -204,8 +209,12 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
     visitBase: meta.visitBase,
     userBase: meta.userBase,
     time: new Int32Array(bytes.buffer, base + meta.time, n),
-    visit: view(meta.visit),
-    user: view(meta.user),
+    get visit() {
+      return (visitCodes ??= meta.visit ? view(meta.visit) : perEvent(table!, table!.start, null));
+    },
+    get user() {
+      return (userCodes ??= meta.user ? view(meta.user) : perEvent(table!, table!.start, table!.user));
+    },
     column: (c) => cols.get(c)!,
     dict: (c) => dict(meta.cols[c]!.dict),
     visitDict: () => dict(meta.visits),
@@ -229,7 +238,6 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
     },
   };
   const t = meta.table;
-  let table: VisitTable | undefined;
   if (t) {
     const vcols = new Map(Object.entries(t.cols).map(([c, b]) => [c, viewOf(b, t.V)]));
     table = {
@@ -247,6 +255,13 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
     };
   }
   return { view: segment, table };
+}
+
+/** Per event of a merged day: its visit code (values null) or its visit's value. */
+function perEvent(t: VisitTable, start: Int32Array, values: Codes | null): Uint32Array {
+  const out = new Uint32Array(start[t.V]!);
+  for (let v = 0; v < t.V; v++) out.fill(values ? values[v]! : v, start[v]!, start[v + 1]!);
+  return out;
 }
 
 /** The day table of a decoded merged segment (undefined for a segment without a visit table). */

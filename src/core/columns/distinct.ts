@@ -14,7 +14,6 @@ const EXACT_LIMIT = 16_384;
 const HLL_BITS = 17;
 const HLL_M = 2 ** HLL_BITS;
 const TWO_32 = 4_294_967_296;
-const POW2_NEG = Float64Array.from({ length: 64 }, (_, r) => 2 ** -r);
 
 /** Adds a 32-bit hash to a sketch: the top 17 bits pick the register, the low 15 give the rank (≤ 16). */
 function hllAdd(regs: Uint8Array, h: number): void {
@@ -23,17 +22,49 @@ function hllAdd(regs: Uint8Array, h: number): void {
   if (rank > regs[idx]!) regs[idx] = rank;
 }
 
+/** Largest register value: 15 rank bits and a sentinel. */
+const HLL_Q = 32 - HLL_BITS;
+
+/**
+ * Ertl's improved estimator ("New cardinality estimation algorithms for HyperLogLog sketches", 2017): one formula
+ * over the register histogram, without the raw estimator's bias between small and large cardinalities.
+ */
 function hllEstimate(regs: Uint8Array): number {
-  let sum = 0;
-  let zeros = 0;
-  for (let i = 0; i < regs.length; i++) {
-    const r = regs[i]!;
-    sum += POW2_NEG[r]!;
-    if (r === 0) zeros++;
-  }
   const m = regs.length;
-  const e = ((0.7213 / (1 + 1.079 / m)) * m * m) / sum;
-  return Math.round(e <= 2.5 * m && zeros > 0 ? m * Math.log(m / zeros) : e);
+  const c = new Float64Array(HLL_Q + 2);
+  for (let i = 0; i < m; i++) c[regs[i]!]!++;
+  let z = m * tau(1 - c[HLL_Q + 1]! / m);
+  for (let k = HLL_Q; k >= 1; k--) z = 0.5 * (z + c[k]!);
+  z += m * sigma(c[0]! / m);
+  return Math.round((0.5 / Math.LN2) * m * m / z);
+}
+
+function sigma(x: number): number {
+  if (x === 1) return Infinity;
+  let y = 1;
+  let z = x;
+  let prev: number;
+  do {
+    x *= x;
+    prev = z;
+    z += x * y;
+    y += y;
+  } while (prev !== z);
+  return z;
+}
+
+function tau(x: number): number {
+  if (x === 0 || x === 1) return 0;
+  let y = 1;
+  let z = 1 - x;
+  let prev: number;
+  do {
+    x = Math.sqrt(x);
+    prev = z;
+    y *= 0.5;
+    z -= (1 - x) ** 2 * y;
+  } while (prev !== z);
+  return z / 3;
 }
 
 /** The distinct visitors of one row over the days of a question. */
@@ -50,18 +81,17 @@ export class Distinct {
     if (day !== this.lastDay) {
       this.lastDay = day;
       this.days++;
+      if (this.days > 1 && this.len > EXACT_LIMIT) this.toSketch();
     }
     if (this.regs) {
       hllAdd(this.regs, h);
       return;
     }
     if (this.len === this.list.length) {
-      if (this.len >= EXACT_LIMIT) {
-        const regs = new Uint8Array(HLL_M);
-        for (let i = 0; i < this.len; i++) hllAdd(regs, this.list[i]!);
-        hllAdd(regs, h);
-        this.regs = regs;
-        this.list = new Uint32Array(0);
+      // one day's visitors stay exact however many (their number is the count)
+      if (this.len >= EXACT_LIMIT && this.days > 1) {
+        this.toSketch();
+        hllAdd(this.regs!, h);
         return;
       }
       const l = new Uint32Array(this.len * 2);
@@ -69,6 +99,14 @@ export class Distinct {
       this.list = l;
     }
     this.list[this.len++] = h;
+  }
+
+  private toSketch(): void {
+    const regs = new Uint8Array(HLL_M);
+    for (let i = 0; i < this.len; i++) hllAdd(regs, this.list[i]!);
+    this.regs = regs;
+    this.list = new Uint32Array(0);
+    this.len = 0;
   }
 
   count(): number {
