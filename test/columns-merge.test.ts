@@ -133,13 +133,13 @@ test('merged days answer as their segments do, with a late event and after a res
 
 test('distinct visitors: exact for one day and for small ranges, within 1 % for large ranges', () => {
   const small = new Distinct();
-  for (let i = 0; i < 5000; i++) small.add(hash53(`u:${i}`), i % 4);
-  for (let i = 0; i < 5000; i++) small.add(hash53(`u:${i}`), 7);
-  assert.equal(small.count(), 5000);
+  for (let i = 0; i < 2000; i++) small.add(hash53(`u:${i}`), i % 4);
+  for (let r = 0; r < 5; r++) for (let i = 0; i < 2000; i++) small.add(hash53(`u:${i}`), 7 + r);
+  assert.equal(small.count(), 2000);
   const oneDay = new Distinct();
   for (let i = 0; i < 200_000; i++) oneDay.add(hash53(`v:${i}`), 0);
   assert.equal(oneDay.count(), 200_000);
-  for (const n of [50_000, 400_000]) {
+  for (const n of [10_000, 50_000, 400_000]) {
     const d = new Distinct();
     for (let i = 0; i < n; i++) d.add(hash53(`w:${i}`), i % 30);
     for (let i = 0; i < n; i += 2) d.add(hash53(`w:${i}`), 31);

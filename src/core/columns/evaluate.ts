@@ -163,18 +163,32 @@ abstract class DayScan {
   protected readonly remaps = new Map<string, Int32Array>();
   /** day name code → 1 for page_view */
   protected pvDay = new Uint8Array(0);
-  protected NAME: Codes = EMPTY;
-  protected PATH: Codes = EMPTY;
+  protected NAME: Int32Array = new Int32Array(0);
+  protected PATH: Int32Array = new Int32Array(0);
   protected vPass = new Uint8Array(0);
   private vMark = new Uint8Array(0);
   // event filters of the day: value filters as (codes, match), goal filters as (names, paths, negate)
-  protected efCodes: Codes[] = [];
+  protected efCodes: Int32Array[] = [];
+  /** the same columns as stored (visit lists are kept per stored column) */
+  protected efRaw: Codes[] = [];
   protected efMatch: Uint8Array[] = [];
   protected gfNames: Uint8Array[] = [];
   protected gfPaths: Uint8Array[] = [];
   protected gfNegate: boolean[] = [];
   /** visitors seen today: per row (row × U + visitor) */
   protected readonly pairs = new PairSet();
+  /** reusable Int32 copies of the day's code columns: hot loops then read one array type (no polymorphic loads) */
+  private readonly scratch: Int32Array[] = [];
+  private scratchUsed = 0;
+
+  /** The day's codes widened into a reusable Int32Array (valid until the next day). */
+  protected widen(codes: Codes | Int32Array): Int32Array {
+    const i = this.scratchUsed++;
+    let a = this.scratch[i];
+    if (!a || a.length < codes.length) this.scratch[i] = a = new Int32Array(Math.max(codes.length, (a?.length ?? 0) * 2));
+    a.set(codes);
+    return a;
+  }
 
   constructor(visitFilters: Filter[]) {
     for (const [op, dim, values] of visitFilters) this.addFilter(op, dim, values, []);
@@ -230,6 +244,7 @@ abstract class DayScan {
   /** Loads a day: false when its dictionaries show no event can be selected (the day is then skipped). */
   protected load(dt: DayTable): boolean {
     if (dt.view.n === 0) return false;
+    this.scratchUsed = 0;
     this.dt = dt;
     this.dayIndex++;
     const view = dt.view;
@@ -243,8 +258,8 @@ abstract class DayScan {
     const names = view.dict('name');
     this.pvDay = new Uint8Array(names.length + 1);
     for (let i = 0; i < names.length; i++) if (names[i] === PAGE_VIEW) this.pvDay[i + 1] = 1;
-    this.NAME = view.column('name');
-    this.PATH = this.needed.has('path') ? view.column('path') : EMPTY;
+    this.NAME = this.widen(view.column('name'));
+    this.PATH = this.needed.has('path') ? this.widen(view.column('path')) : this.NAME;
 
     const vfCodes: Codes[] = [];
     const vfMatch: Uint8Array[] = [];
@@ -255,6 +270,7 @@ abstract class DayScan {
       vfMatch.push(m);
     }
     this.efCodes = [];
+    this.efRaw = [];
     this.efMatch = [];
     this.gfNames = [];
     this.gfPaths = [];
@@ -273,7 +289,8 @@ abstract class DayScan {
         if (m[0] !== 1) return false; // the day has no such property: only "no value" could pass
         continue; // every event has no value, and that passes
       }
-      this.efCodes.push(codes);
+      this.efCodes.push(this.widen(codes));
+      this.efRaw.push(codes);
       this.efMatch.push(m);
     }
 
@@ -287,7 +304,7 @@ abstract class DayScan {
       pass[v] = ok ? 1 : 0;
     }
     // an event filter no event without a value passes: only visits with an event of a passing value can be selected
-    for (let f = 0; f < this.efCodes.length; f++) if (this.efMatch[f]![0] === 0) this.onlyVisitsWith(this.efCodes[f]!, this.efMatch[f]!);
+    for (let f = 0; f < this.efCodes.length; f++) if (this.efMatch[f]![0] === 0) this.onlyVisitsWith(this.efRaw[f]!, this.efMatch[f]!);
     for (const [codes, match] of this.candidates()) this.onlyVisitsWith(codes, match);
     this.pairs.clear();
     return true;
@@ -418,6 +435,10 @@ export class QueryRun extends DayScan {
   addDay(day: string, dt: DayTable | undefined): void {
     if (day < this.q.from || day > this.q.to || !dt) return;
     if (!this.load(dt)) return;
+    if (this.dims.length === 0 || (this.dims.length === 1 && this.dims[0] !== 'goal')) {
+      this.addDayGrouped(day, dt);
+      return;
+    }
     const { V, U, start } = dt.table;
     const dims = this.dims;
     const nd = dims.length;
@@ -539,6 +560,210 @@ export class QueryRun extends DayScan {
       }
       if (selected) this.addVisit(0, v);
     }
+  }
+
+  // day-level group accumulators (index: the day's code of the one dimension; hour: the hour's index), reused
+  private gVisits = new Float64Array(0);
+  private gPageviews = new Float64Array(0);
+  private gEvents = new Float64Array(0);
+  private gPvOfVisits = new Float64Array(0);
+  private gBounces = new Float64Array(0);
+  private gWithPv = new Float64Array(0);
+  private gDuration = new Float64Array(0);
+  private gLastVisit = new Int32Array(0);
+  private gRow = new Int32Array(0);
+  private gTouched = new Int32Array(0);
+  private gRemapNow: Int32Array = new Int32Array(0);
+  private vPvNow: Int32Array = new Int32Array(0);
+  private vUserNow: Int32Array = new Int32Array(0);
+
+  /**
+   * No dimension or one (not goal): each selected visit or event falls in one group of the day, counted in typed
+   * arrays by day code and folded into the rows once at the end of the day.
+   */
+  private addDayGrouped(day: string, dt: DayTable): void {
+    const { V, U, start, firstT, lastT, userHash } = dt.table;
+    const vPv = (this.vPvNow = this.widen(dt.table.pv));
+    const user = (this.vUserNow = this.widen(dt.table.user));
+    const dim = this.dims[0];
+    // kind: 0 none, 1 per visit, 2 per event, 3 hour
+    let kind = 0;
+    let vCodes: Int32Array = new Int32Array(0);
+    let eCodes: Int32Array = new Int32Array(0);
+    let gRemap: Int32Array = Int32Array.of(0);
+    let hourOfSlot = new Int32Array(0);
+    if (dim === undefined) kind = 0;
+    else if (isVisitLevel(dim)) {
+      kind = 1;
+      vCodes = this.widen(this.visitCodes(dim));
+      gRemap = this.remaps.get(spaceOf(dim))!;
+    } else if (dim === 'time:hour') {
+      kind = 3;
+      eCodes = dt.view.time;
+      const slots = this.hourSlots(day);
+      // slot → hour index (group), and hour index → question code
+      hourOfSlot = new Int32Array(SLOTS);
+      const codes: number[] = [0];
+      for (let s = 0; s < SLOTS; s++) {
+        if (codes[codes.length - 1] !== slots[s]) codes.push(slots[s]!);
+        hourOfSlot[s] = codes.length - 1;
+      }
+      gRemap = Int32Array.from(codes);
+    } else if (dim.startsWith('time:')) {
+      kind = 0;
+      gRemap = Int32Array.of(this.space('time').code(dayBucket(dim as TimeDimension, day)));
+    } else {
+      kind = 2;
+      eCodes = this.widen(this.eventCodes(spaceOf(dim)));
+      gRemap = this.remaps.get(spaceOf(dim))!;
+    }
+    const G = gRemap.length;
+    if (this.gVisits.length < G) {
+      const n = Math.max(G, this.gVisits.length * 2);
+      this.gVisits = new Float64Array(n);
+      this.gPageviews = new Float64Array(n);
+      this.gEvents = new Float64Array(n);
+      this.gPvOfVisits = new Float64Array(n);
+      this.gBounces = new Float64Array(n);
+      this.gWithPv = new Float64Array(n);
+      this.gDuration = new Float64Array(n);
+      this.gLastVisit = new Int32Array(n);
+      this.gRow = new Int32Array(n);
+      this.gTouched = new Int32Array(n);
+    }
+    const { gVisits, gPageviews, gEvents, gPvOfVisits, gBounces, gWithPv, gDuration, gLastVisit, gRow, gTouched } = this;
+    gLastVisit.fill(-1, 0, G);
+    gRow.fill(-1, 0, G);
+    let touched = 0;
+    if (this.seenToday.length < U) this.seenToday = new Uint8Array(Math.max(U, this.seenToday.length * 2));
+    else this.seenToday.fill(0, 0, U);
+    if (this.userRow.length < U) this.userRow = new Int32Array(Math.max(U, this.userRow.length * 2));
+    this.userRow.fill(-1, 0, U);
+    this.gRemapNow = gRemap;
+    const seen = this.seenToday;
+    const needVisitors = this.needVisitors;
+    const rows = this.rows;
+    const total = rows.distinct[0]!;
+    const dayIndex = this.dayIndex;
+    const pass = this.vPass;
+    const pvDay = this.pvDay;
+    const NAME = this.NAME;
+    const filtered = this.anyEventFilter;
+    const walk = filtered || kind >= 2;
+    const needEventCounts = this.needEventCounts || kind >= 2;
+    const eLen = eCodes.length;
+    let tVisits = 0;
+    let tPageviews = 0;
+    let tEvents = 0;
+    let tPvOfVisits = 0;
+    let tBounces = 0;
+    let tWithPv = 0;
+    let tDuration = 0;
+    for (let v = 0; v < V; v++) {
+      if (pass[v] !== 1) continue;
+      const a = start[v]!;
+      const b = start[v + 1]!;
+      let selEvents = 0;
+      let selPv = 0;
+      if (!walk) {
+        selEvents = b - a;
+        selPv = vPv[v]!;
+      } else {
+        for (let k = a; k < b; k++) {
+          if (filtered && !this.eventPasses(k)) continue;
+          const p = pvDay[NAME[k]!]!;
+          selEvents++;
+          selPv += p;
+          if (kind >= 2) {
+            const g = kind === 2 ? (k < eLen ? eCodes[k]! : 0) : hourOfSlot[slotOf(eCodes[k]!)]!;
+            if (gRemap[g] === 0) continue;
+            if (gEvents[g]!++ === 0) gTouched[touched++] = g;
+            gPageviews[g]! += p;
+            if (gLastVisit[g] === v) continue;
+            gLastVisit[g] = v;
+            this.groupVisit(g, v, dt, dayIndex);
+          } else if (!needEventCounts) break;
+        }
+        if (selEvents === 0) continue;
+      }
+      const pv = vPv[v]!;
+      const dur = lastT[v]! - firstT[v]!;
+      tVisits++;
+      tEvents += selEvents;
+      tPageviews += selPv;
+      tPvOfVisits += pv;
+      if (pv === 1) tBounces++;
+      if (pv >= 1) tWithPv++;
+      tDuration += dur;
+      if (needVisitors) {
+        const u = user[v]!;
+        if (seen[u] === 0) {
+          seen[u] = 1;
+          total.add(userHash[u]!, dayIndex);
+        }
+      }
+      if (kind === 1 || (kind === 0 && G === 1 && gRemap[0] !== 0)) {
+        const g = kind === 1 ? vCodes[v]! : 0;
+        if (gRemap[g] === 0) continue;
+        if (gVisits[g] === 0 && gEvents[g] === 0) gTouched[touched++] = g;
+        gEvents[g]! += selEvents;
+        gPageviews[g]! += selPv;
+        this.groupVisit(g, v, dt, dayIndex);
+      }
+    }
+    rows.visits[0]! += tVisits;
+    rows.pageviews[0]! += tPageviews;
+    rows.events[0]! += tEvents;
+    rows.pvOfVisits[0]! += tPvOfVisits;
+    rows.bounces[0]! += tBounces;
+    rows.withPv[0]! += tWithPv;
+    rows.durationMs[0]! += tDuration;
+    for (let i = 0; i < touched; i++) {
+      const g = gTouched[i]!;
+      const r = this.groupRow(g);
+      rows.visits[r]! += gVisits[g]!;
+      rows.pageviews[r]! += gPageviews[g]!;
+      rows.events[r]! += gEvents[g]!;
+      rows.pvOfVisits[r]! += gPvOfVisits[g]!;
+      rows.bounces[r]! += gBounces[g]!;
+      rows.withPv[r]! += gWithPv[g]!;
+      rows.durationMs[r]! += gDuration[g]!;
+      gVisits[g] = 0;
+      gPageviews[g] = 0;
+      gEvents[g] = 0;
+      gPvOfVisits[g] = 0;
+      gBounces[g] = 0;
+      gWithPv[g] = 0;
+      gDuration[g] = 0;
+    }
+  }
+
+  /** The row of day group g (its question code gRemap[g]). */
+  private groupRow(g: number): number {
+    let r = this.gRow[g]!;
+    if (r < 0) {
+      this.codes[0] = this.gRemapNow[g]!;
+      this.gRow[g] = r = this.row(this.codes);
+    }
+    return r;
+  }
+
+  /** Visit v counted in day group g: its visit metrics, and its visitor once per group and day. */
+  private groupVisit(g: number, v: number, dt: DayTable, dayIndex: number): void {
+    const t = dt.table;
+    const pv = this.vPvNow[v]!;
+    this.gVisits[g]!++;
+    this.gPvOfVisits[g]! += pv;
+    if (pv === 1) this.gBounces[g]!++;
+    if (pv >= 1) this.gWithPv[g]!++;
+    this.gDuration[g]! += t.lastT[v]! - t.firstT[v]!;
+    if (!this.needVisitors) return;
+    const u = this.vUserNow[v]!;
+    const first = this.userRow[u]!;
+    if (first === g) return;
+    if (first < 0) this.userRow[u] = g;
+    else if (!this.pairs.add(g * t.U + u)) return;
+    this.rows.distinct[this.groupRow(g)]!.add(t.userHash[u]!, dayIndex);
   }
 
   /** Question code of each 15-minute slot of the day for time:hour. */
