@@ -405,6 +405,8 @@ export class QueryRun extends DayScan {
   private readonly visitLevelOnly: boolean;
   /** events and pageviews are asked (else a visit-level row stops at the visit's first selected event) */
   private readonly needEventCounts: boolean;
+  /** bounceRate, viewsPerVisit or visitDuration is asked (their sums per visit) */
+  private readonly needVisitMetrics: boolean;
   /** per visitor of the day: the first row it was counted in (−1: none yet); other rows go through the PairSet */
   private userRow = new Int32Array(0);
   private readonly codes = [0, 0, 0];
@@ -430,6 +432,7 @@ export class QueryRun extends DayScan {
     this.needVisitors = q.metrics.includes('visitors') || q.metrics.includes('conversionRate');
     this.visitLevelOnly = this.dims.every(isVisitLevel);
     this.needEventCounts = q.metrics.includes('events') || q.metrics.includes('pageviews');
+    this.needVisitMetrics = q.metrics.some((m) => m === 'bounceRate' || m === 'viewsPerVisit' || m === 'visitDuration');
   }
 
   addDay(day: string, dt: DayTable | undefined): void {
@@ -750,20 +753,24 @@ export class QueryRun extends DayScan {
 
   /** Visit v counted in day group g: its visit metrics, and its visitor once per group and day. */
   private groupVisit(g: number, v: number, dt: DayTable, dayIndex: number): void {
-    const t = dt.table;
-    const pv = this.vPvNow[v]!;
     this.gVisits[g]!++;
-    this.gPvOfVisits[g]! += pv;
-    if (pv === 1) this.gBounces[g]!++;
-    if (pv >= 1) this.gWithPv[g]!++;
-    this.gDuration[g]! += t.lastT[v]! - t.firstT[v]!;
+    if (this.needVisitMetrics) {
+      const t = dt.table;
+      const pv = this.vPvNow[v]!;
+      this.gPvOfVisits[g]! += pv;
+      if (pv === 1) this.gBounces[g]!++;
+      if (pv >= 1) this.gWithPv[g]!++;
+      this.gDuration[g]! += t.lastT[v]! - t.firstT[v]!;
+    }
     if (!this.needVisitors) return;
     const u = this.vUserNow[v]!;
     const first = this.userRow[u]!;
     if (first === g) return;
     if (first < 0) this.userRow[u] = g;
-    else if (!this.pairs.add(g * t.U + u)) return;
-    this.rows.distinct[this.groupRow(g)]!.add(t.userHash[u]!, dayIndex);
+    else if (!this.pairs.add(g * dt.table.U + u)) return;
+    let r = this.gRow[g]!;
+    if (r < 0) r = this.groupRow(g);
+    this.rows.distinct[r]!.add(dt.table.userHash[u]!, dayIndex);
   }
 
   /** Question code of each 15-minute slot of the day for time:hour. */
