@@ -1,6 +1,6 @@
 import { encodeSegment } from '../core/columns/codec.ts';
 import { baseQuestion, FunnelRun, QueryRun } from '../core/columns/evaluate.ts';
-import { mergeDay, type DayTable } from '../core/columns/day-table.ts';
+import { mergeDaySteps, type DayTable } from '../core/columns/day-table.ts';
 import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segment.ts';
 import { eachDay, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
@@ -45,6 +45,19 @@ interface Pending {
 }
 
 const dayKey = (projectId: string, day: string): string => `${projectId}\u0000${day}`;
+
+/** Runs a stepped computation, yielding to the event loop whenever a slice of work has passed. */
+async function sliced<T>(steps: Generator<void, T>): Promise<T> {
+  let sliceStart = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - sliceStart >= SLICE_MS) {
+      await new Promise((resolve) => setImmediate(resolve));
+      sliceStart = performance.now();
+    }
+  }
+}
 
 export class ColumnProjection implements QueryEngine {
   private readonly days = new Map<string, DayState>();
@@ -168,7 +181,8 @@ export class ColumnProjection implements QueryEngine {
     if (this.pending.has(k)) return;
     const stored = this.store.day(projectId, day);
     if (stored.length === 0 || (stored.length === 1 && stored[0]!.table)) return;
-    const dt = mergeDay(stored.map((s) => s.view));
+    const dt = await sliced(mergeDaySteps(stored.map((s) => s.view)));
+    if (this.store.day(projectId, day).length !== stored.length) return; // the day changed meanwhile: merged next time
     await this.store.replaceDay(
       projectId,
       day,
@@ -202,7 +216,7 @@ export class ColumnProjection implements QueryEngine {
    * The day table of one project-day: a merged segment as stored, else its segments (sealed, then written but
    * uncommitted, then the open one) merged on the heap, and kept for the next question when all are sealed.
    */
-  private dayTable(projectId: string, day: string): DayTable | undefined {
+  private async dayTable(projectId: string, day: string): Promise<DayTable | undefined> {
     const k = dayKey(projectId, day);
     const stored = this.store.day(projectId, day);
     const pending = this.pending.get(k) ?? [];
@@ -218,7 +232,7 @@ export class ColumnProjection implements QueryEngine {
       nos.push(p.segNo);
     }
     if (segs.length === 0 && !hasOpen) return undefined;
-    if (hasOpen) return mergeDay([...segs, open.freeze()]);
+    if (hasOpen) return sliced(mergeDaySteps([...segs, open.freeze()]));
     const sig = nos.join(',');
     const hit = this.merged.get(k);
     if (hit?.sig === sig) {
@@ -227,7 +241,8 @@ export class ColumnProjection implements QueryEngine {
       return hit.dt;
     }
     this.dropMerged(k);
-    const dt = mergeDay(segs);
+    const dt = await sliced(mergeDaySteps(segs));
+    this.dropMerged(k);
     this.merged.set(k, { sig, dt });
     this.mergedEvents += dt.view.n;
     for (const [key, m] of this.merged) {
@@ -246,7 +261,7 @@ export class ColumnProjection implements QueryEngine {
         sliceStart = performance.now();
       }
       await this.store.settled();
-      visit(day, this.dayTable(projectId, day));
+      visit(day, await this.dayTable(projectId, day));
     }
   }
 

@@ -61,9 +61,21 @@ function remapDict(dict: readonly string[] | undefined, into: Interner): Int32Ar
 
 /**
  * Merges the segments of one project-day (in log order; their visit and visitor codes are day-level) into one
- * segment grouped by visit, and computes its visit table. A single segment that already has its table is returned as is.
+ * segment grouped by visit, and computes its visit table.
  */
 export function mergeDay(segs: readonly SegmentView[]): DayTable {
+  const steps = mergeDaySteps(segs);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/**
+ * mergeDay in steps (a busy day takes a few hundred ms in all): the caller resumes it and may yield to its event
+ * loop between steps (after the sort, each column, the visit table).
+ */
+export function* mergeDaySteps(segs: readonly SegmentView[]): Generator<void, DayTable> {
   let n = 0;
   let V = 0;
   let U = 0;
@@ -133,6 +145,7 @@ export function mergeDay(segs: readonly SegmentView[]): DayTable {
       srcIdx[i + 1] = si;
     }
   }
+  yield;
   const visit = new Uint32Array(n);
   for (let v = 0; v < V; v++) visit.fill(v, start[v]!, start[v + 1]!);
   const gather = (get: (s: SegmentView) => Codes | undefined, maps: Int32Array[]): Uint32Array => {
@@ -154,6 +167,7 @@ export function mergeDay(segs: readonly SegmentView[]): DayTable {
     const maps = segs.map((s) => remapDict(s.dict(c), into));
     cols.set(c, gather((s) => s.column(c), maps));
     dicts.set(c, into.values);
+    yield;
   }
   const keys = [...new Set(segs.flatMap((s) => [...s.propKeys()]))];
   const props = new Map<string, PropColumn>();
@@ -161,6 +175,7 @@ export function mergeDay(segs: readonly SegmentView[]): DayTable {
     const into = new Interner();
     const maps = segs.map((s) => remapDict(s.prop(key)?.dict, into));
     props.set(key, { codes: gather((s) => s.prop(key)?.codes, maps), dict: into.values });
+    yield;
   }
   const view: SegmentView = {
     n,
@@ -181,11 +196,23 @@ export function mergeDay(segs: readonly SegmentView[]): DayTable {
     propKeys: () => keys,
     prop: (k) => props.get(k),
   };
-  return { view, table: visitTable(view, start, V, U) };
+  const userHash = visitorHashes(view, U);
+  yield;
+  const table = visitTable(view, start, V, U, userHash);
+  yield;
+  return { view, table };
 }
 
 /** The visit table of a segment whose events are grouped by visit (start: where each visit's events begin). */
-export function visitTable(view: SegmentView, start: Int32Array, V: number, U: number): VisitTable {
+/** hash53 of each visitor id of a merged day (index: visitor code). */
+function visitorHashes(view: SegmentView, U: number): Float64Array {
+  const ud = view.userDict();
+  const out = new Float64Array(U);
+  for (let u = 0; u < ud.length; u++) out[u] = hash53(ud[u]!);
+  return out;
+}
+
+export function visitTable(view: SegmentView, start: Int32Array, V: number, U: number, userHash: Float64Array): VisitTable {
   const time = view.time;
   const name = view.column('name');
   const path = view.column('path');
@@ -223,9 +250,6 @@ export function visitTable(view: SegmentView, start: Int32Array, V: number, U: n
     for (let v = 0; v < V; v++) if (start[v]! < start[v + 1]!) out[v] = codes[firstIdx[v]!]!;
     vcols.set(c, out);
   }
-  const ud = view.userDict();
-  const userHash = new Float64Array(U);
-  for (let u = 0; u < ud.length; u++) userHash[u] = hash53(ud[u]!);
   return { V, U, start, firstT, lastT, pv, entry, exit, user: vUser, userHash, col: (c) => vcols.get(c)! };
 }
 
