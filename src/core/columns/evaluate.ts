@@ -163,7 +163,9 @@ abstract class DayScan {
   protected readonly remaps = new Map<string, Int32Array>();
   /** day name code → 1 for page_view */
   protected pvDay = new Uint8Array(0);
+  /** name and path per event, widened when the day's events are walked (a visit-level question never reads them) */
   protected NAME: Int32Array = new Int32Array(0);
+  private eventColumnsReady = false;
   protected PATH: Int32Array = new Int32Array(0);
   protected vPass = new Uint8Array(0);
   private vMark = new Uint8Array(0);
@@ -258,8 +260,7 @@ abstract class DayScan {
     const names = view.dict('name');
     this.pvDay = new Uint8Array(names.length + 1);
     for (let i = 0; i < names.length; i++) if (names[i] === PAGE_VIEW) this.pvDay[i + 1] = 1;
-    this.NAME = this.widen(view.column('name'));
-    this.PATH = this.needed.has('path') ? this.widen(view.column('path')) : this.NAME;
+    this.eventColumnsReady = false;
 
     const vfCodes: Codes[] = [];
     const vfMatch: Uint8Array[] = [];
@@ -328,6 +329,14 @@ abstract class DayScan {
     }
     const pass = this.vPass;
     for (let v = 0; v < t.V; v++) pass[v]! &= mark[v]!;
+  }
+
+  protected eventColumns(): void {
+    if (this.eventColumnsReady) return;
+    this.eventColumnsReady = true;
+    const view = this.dt.view;
+    this.NAME = this.widen(view.column('name'));
+    this.PATH = this.needed.has('path') ? this.widen(view.column('path')) : this.NAME;
   }
 
   /** Does event k pass every event-level filter? */
@@ -442,6 +451,7 @@ export class QueryRun extends DayScan {
       this.addDayGrouped(day, dt);
       return;
     }
+    this.eventColumns();
     const { V, U, start } = dt.table;
     const dims = this.dims;
     const nd = dims.length;
@@ -650,9 +660,10 @@ export class QueryRun extends DayScan {
     const dayIndex = this.dayIndex;
     const pass = this.vPass;
     const pvDay = this.pvDay;
-    const NAME = this.NAME;
     const filtered = this.anyEventFilter;
     const walk = filtered || kind >= 2;
+    if (walk) this.eventColumns();
+    const NAME = this.NAME;
     const needEventCounts = this.needEventCounts || kind >= 2;
     const eLen = eCodes.length;
     let tVisits = 0;
@@ -978,26 +989,31 @@ export class FunnelRun extends DayScan {
   addDay(day: string, dt: DayTable | undefined): void {
     if (day < this.q.from || day > this.q.to || !dt) return;
     if (!this.load(dt)) return;
-    const { V, U, start, user, userHash } = dt.table;
+    this.eventColumns();
+    const { V, U, start, userHash } = dt.table;
+    const user = this.widen(dt.table.user);
     const names = dt.view.dict('name');
     const ns = this.steps.length;
-    const stepName = this.steps.map((s) => (s.name !== undefined ? names.indexOf(s.name) + 1 || -1 : -1));
+    // per step: the day code of its event name (−1: none today), or 0 and its page table over the day's paths
+    const stepName = Int32Array.from(this.steps, (s) => (s.name !== undefined ? names.indexOf(s.name) + 1 || -1 : 0));
     const stepPath = this.steps.map((s) => (s.page ? compose(s.page, this.remaps.get('path')!) : new Uint8Array(0)));
-    const { NAME, PATH, pvDay, vPass } = this;
+    const { NAME, PATH, pvDay, vPass, pairs, visits, visitors, dayIndex } = this;
     for (let v = 0; v < V; v++) {
       if (vPass[v] !== 1) continue;
       const b = start[v + 1]!;
       let s = 0;
+      let sn = stepName[0]!;
+      let sp = stepPath[0]!;
       // the day table keeps a visit's events by time, then log order
-      for (let k = start[v]!; k < b && s < ns; k++) {
+      for (let k = start[v]!; k < b; k++) {
         const name = NAME[k]!;
-        const sn = stepName[s]!;
-        const hit = this.steps[s]!.name !== undefined ? sn === name : pvDay[name] === 1 && stepPath[s]![PATH[k]!] === 1;
-        if (!hit) continue;
-        this.visits[s]!++;
+        if (sn !== 0 ? sn !== name : pvDay[name] !== 1 || sp[PATH[k]!] !== 1) continue;
+        visits[s]!++;
         const u = user[v]!;
-        if (this.pairs.add(s * U + u)) this.visitors[s]!.add(userHash[u]!, this.dayIndex);
-        s++;
+        if (pairs.add(s * U + u)) visitors[s]!.add(userHash[u]!, dayIndex);
+        if (++s === ns) break;
+        sn = stepName[s]!;
+        sp = stepPath[s]!;
       }
     }
   }
