@@ -163,14 +163,14 @@ abstract class DayScan {
   protected readonly remaps = new Map<string, Int32Array>();
   /** day name code → 1 for page_view */
   protected pvDay = new Uint8Array(0);
-  /** name and path per event, widened when the day's events are walked (a visit-level question never reads them) */
-  protected NAME: Int32Array = new Int32Array(0);
+  /** name and path per event, set when the day's events are walked (a visit-level question never reads them) */
+  protected NAME: Codes = EMPTY;
   private eventColumnsReady = false;
-  protected PATH: Int32Array = new Int32Array(0);
+  protected PATH: Codes = EMPTY;
   protected vPass = new Uint8Array(0);
   private vMark = new Uint8Array(0);
   // event filters of the day: value filters as (codes, match), goal filters as (names, paths, negate)
-  protected efCodes: Int32Array[] = [];
+  protected efCodes: Codes[] = [];
   /** the same columns as stored (visit lists are kept per stored column) */
   protected efRaw: Codes[] = [];
   protected efMatch: Uint8Array[] = [];
@@ -179,11 +179,14 @@ abstract class DayScan {
   protected gfNegate: boolean[] = [];
   /** visitors seen today: per row (row × U + visitor) */
   protected readonly pairs = new PairSet();
-  /** reusable Int32 copies of the day's code columns: hot loops then read one array type (no polymorphic loads) */
+  /**
+   * reusable Int32 copies of the day's per-visit columns: the per-visit loops then read one array type (per-event
+   * columns are read as stored: a question touches only the events of its candidate visits, so copying them all costs more)
+   */
   private readonly scratch: Int32Array[] = [];
   private scratchUsed = 0;
 
-  /** The day's codes widened into a reusable Int32Array (valid until the next day). */
+  /** Per-visit codes widened into a reusable Int32Array (valid until the next day). */
   protected widen(codes: Codes | Int32Array): Int32Array {
     const i = this.scratchUsed++;
     let a = this.scratch[i];
@@ -290,7 +293,7 @@ abstract class DayScan {
         if (m[0] !== 1) return false; // the day has no such property: only "no value" could pass
         continue; // every event has no value, and that passes
       }
-      this.efCodes.push(this.widen(codes));
+      this.efCodes.push(codes);
       this.efRaw.push(codes);
       this.efMatch.push(m);
     }
@@ -335,8 +338,8 @@ abstract class DayScan {
     if (this.eventColumnsReady) return;
     this.eventColumnsReady = true;
     const view = this.dt.view;
-    this.NAME = this.widen(view.column('name'));
-    this.PATH = this.needed.has('path') ? this.widen(view.column('path')) : this.NAME;
+    this.NAME = view.column('name');
+    this.PATH = this.needed.has('path') ? view.column('path') : this.NAME;
   }
 
   /** Does event k pass every event-level filter? */
@@ -602,7 +605,7 @@ export class QueryRun extends DayScan {
     // kind: 0 none, 1 per visit, 2 per event, 3 hour
     let kind = 0;
     let vCodes: Int32Array = new Int32Array(0);
-    let eCodes: Int32Array = new Int32Array(0);
+    let eCodes: Codes | Int32Array = EMPTY;
     let gRemap: Int32Array = Int32Array.of(0);
     let hourOfSlot = new Int32Array(0);
     if (dim === undefined) kind = 0;
@@ -627,7 +630,7 @@ export class QueryRun extends DayScan {
       gRemap = Int32Array.of(this.space('time').code(dayBucket(dim as TimeDimension, day)));
     } else {
       kind = 2;
-      eCodes = this.widen(this.eventCodes(spaceOf(dim)));
+      eCodes = this.eventCodes(spaceOf(dim));
       gRemap = this.remaps.get(spaceOf(dim))!;
     }
     const G = gRemap.length;
