@@ -1,5 +1,6 @@
 import { encodeSegment } from '../core/columns/codec.ts';
 import { baseQuestion, FunnelRun, QueryRun } from '../core/columns/evaluate.ts';
+import { mergeDaySteps, type DayTable } from '../core/columns/day-table.ts';
 import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segment.ts';
 import { eachDay, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
@@ -20,6 +21,11 @@ export const OPEN_EVENTS_BOUND = 1_000_000;
 export const COLUMN_FLUSH_MS = 60_000;
 /** A question yields to the event loop after this much work, so a request never waits behind it longer. */
 const SLICE_MS = 20;
+/**
+ * Events of day tables merged on the heap for questions (days with several sealed segments, not yet merged in the
+ * store), kept for the next question: ~60 B an event, so ~120 MiB.
+ */
+const MERGED_CACHE_EVENTS = 2_000_000;
 
 interface DayState {
   projectId: string;
@@ -40,6 +46,19 @@ interface Pending {
 
 const dayKey = (projectId: string, day: string): string => `${projectId}\u0000${day}`;
 
+/** Runs a stepped computation, yielding to the event loop whenever a slice of work has passed. */
+async function sliced<T>(steps: Generator<void, T>): Promise<T> {
+  let sliceStart = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - sliceStart >= SLICE_MS) {
+      await new Promise((resolve) => setImmediate(resolve));
+      sliceStart = performance.now();
+    }
+  }
+}
+
 export class ColumnProjection implements QueryEngine {
   private readonly days = new Map<string, DayState>();
   /** sealed segments whose write has not committed yet (questions read them from here meanwhile) */
@@ -47,6 +66,9 @@ export class ColumnProjection implements QueryEngine {
   private openEvents = 0;
   private foldedSeq: number;
   private flushing: Promise<void> | undefined;
+  /** heap-merged day tables of sealed days, by day key, with the segment numbers they merge (most recent last) */
+  private readonly merged = new Map<string, { sig: string; dt: DayTable }>();
+  private mergedEvents = 0;
 
   constructor(
     private readonly store: ColumnStore,
@@ -129,6 +151,7 @@ export class ColumnProjection implements QueryEngine {
 
   private async flushNow(): Promise<void> {
     const writes: Pending[] = [];
+    const idle: DayState[] = [];
     for (const [k, d] of this.days) {
       if (d.open && d.open.n > 0) {
         const view = d.open;
@@ -140,20 +163,53 @@ export class ColumnProjection implements QueryEngine {
         this.pending.set(k, list);
       } else if (!d.touched && !d.open) {
         this.days.delete(k);
+        idle.push(d);
       }
       d.touched = false;
     }
     for (const list of this.pending.values()) writes.push(...list);
     this.openEvents = 0;
     const marker = this.foldedSeq;
-    if (writes.length === 0 && marker <= this.store.marker()) return;
-    await this.store.write(writes, marker);
-    for (const w of writes) {
-      const k = dayKey(w.projectId, w.day);
-      const list = this.pending.get(k)?.filter((p) => p !== w);
-      if (list && list.length > 0) this.pending.set(k, list);
-      else this.pending.delete(k);
+    if (writes.length > 0 || marker > this.store.marker()) {
+      await this.store.write(writes, marker);
+      for (const w of writes) {
+        const k = dayKey(w.projectId, w.day);
+        const list = this.pending.get(k)?.filter((p) => p !== w);
+        if (list && list.length > 0) this.pending.set(k, list);
+        else this.pending.delete(k);
+      }
     }
+    for (const d of idle) {
+      await new Promise((resolve) => setImmediate(resolve));
+      await this.mergeStored(d.projectId, d.day);
+    }
+  }
+
+  /**
+   * A day that took no events for a flush interval: its sealed segments become one segment grouped by visit, with
+   * its visit table, so questions read it as is.
+   */
+  private async mergeStored(projectId: string, day: string): Promise<void> {
+    const k = dayKey(projectId, day);
+    if (this.pending.has(k)) return;
+    const stored = this.store.day(projectId, day);
+    if (stored.length === 0 || (stored.length === 1 && stored[0]!.table)) return;
+    const dt = await sliced(mergeDaySteps(stored.map((s) => s.view)));
+    if (this.store.day(projectId, day).length !== stored.length) return; // the day changed meanwhile: merged next time
+    await this.store.replaceDay(
+      projectId,
+      day,
+      stored.map((s) => s.segNo),
+      encodeSegment(dt.view, crc, dt.table),
+    );
+    this.dropMerged(k);
+  }
+
+  private dropMerged(k: string): void {
+    const m = this.merged.get(k);
+    if (!m) return;
+    this.merged.delete(k);
+    this.mergedEvents -= m.dt.view.n;
   }
 
   /** Erasure: the project's open and sealed segments go (the columns file is compacted). */
@@ -165,22 +221,52 @@ export class ColumnProjection implements QueryEngine {
       this.days.delete(k);
     }
     for (const k of [...this.pending.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.pending.delete(k);
+    for (const k of [...this.merged.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.dropMerged(k);
     return this.store.eraseProject(projectId);
   }
 
-  /** The segments of one project-day in log order: sealed, then written but uncommitted, then the open one. */
-  private segmentsOf(projectId: string, day: string): SegmentView[] {
+  /**
+   * The day table of one project-day: a merged segment as stored, else its segments (sealed, then written but
+   * uncommitted, then the open one) merged on the heap, and kept for the next question when all are sealed.
+   */
+  private async dayTable(projectId: string, day: string): Promise<DayTable | undefined> {
     const k = dayKey(projectId, day);
     const stored = this.store.day(projectId, day);
-    const seen = new Set(stored.map((s) => s.segNo));
-    const out = stored.map((s) => s.view);
-    for (const p of this.pending.get(k) ?? []) if (!seen.has(p.segNo)) out.push(p.view);
+    const pending = this.pending.get(k) ?? [];
     const open = this.days.get(k)?.open;
-    if (open && open.n > 0) out.push(open.freeze());
-    return out;
+    const hasOpen = open !== undefined && open.n > 0;
+    if (stored.length === 1 && stored[0]!.table && pending.length === 0 && !hasOpen) return { view: stored[0]!.view, table: stored[0]!.table };
+    const seen = new Set(stored.map((s) => s.segNo));
+    const segs: SegmentView[] = stored.map((s) => s.view);
+    const nos = stored.map((s) => s.segNo);
+    for (const p of pending) {
+      if (seen.has(p.segNo)) continue;
+      segs.push(p.view);
+      nos.push(p.segNo);
+    }
+    if (segs.length === 0 && !hasOpen) return undefined;
+    if (hasOpen) return sliced(mergeDaySteps([...segs, open.freeze()]));
+    const sig = nos.join(',');
+    const hit = this.merged.get(k);
+    if (hit?.sig === sig) {
+      this.merged.delete(k); // most recent last
+      this.merged.set(k, hit);
+      return hit.dt;
+    }
+    this.dropMerged(k);
+    const dt = await sliced(mergeDaySteps(segs));
+    this.dropMerged(k);
+    this.merged.set(k, { sig, dt });
+    this.mergedEvents += dt.view.n;
+    for (const [key, m] of this.merged) {
+      if (this.mergedEvents <= MERGED_CACHE_EVENTS) break;
+      this.dropMerged(key);
+      void m;
+    }
+    return dt;
   }
 
-  private async eachDay(projectId: string, from: string, to: string, visit: (day: string, segs: SegmentView[]) => void): Promise<void> {
+  private async eachDay(projectId: string, from: string, to: string, visit: (day: string, dt: DayTable | undefined) => void): Promise<void> {
     let sliceStart = performance.now();
     for (const day of eachDay(from, to)) {
       if (performance.now() - sliceStart >= SLICE_MS) {
@@ -188,7 +274,7 @@ export class ColumnProjection implements QueryEngine {
         sliceStart = performance.now();
       }
       await this.store.settled();
-      visit(day, this.segmentsOf(projectId, day));
+      visit(day, await this.dayTable(projectId, day));
     }
   }
 
@@ -196,16 +282,16 @@ export class ColumnProjection implements QueryEngine {
     const run = new QueryRun(timezone, goals, q);
     const bq = baseQuestion(q);
     const base = bq && new QueryRun(timezone, goals, bq);
-    await this.eachDay(projectId, q.from, q.to, (day, segs) => {
-      run.addDay(day, segs);
-      base?.addDay(day, segs);
+    await this.eachDay(projectId, q.from, q.to, (day, dt) => {
+      run.addDay(day, dt);
+      base?.addDay(day, dt);
     });
     return run.finish(base?.totalVisitors() ?? 0);
   }
 
   async funnel(projectId: string, timezone: string, q: FunnelQuestion): Promise<FunnelStepAnswer[]> {
     const run = new FunnelRun(timezone, q);
-    await this.eachDay(projectId, q.from, q.to, (day, segs) => run.addDay(day, segs));
+    await this.eachDay(projectId, q.from, q.to, (day, dt) => run.addDay(day, dt));
     return run.finish();
   }
 

@@ -2,7 +2,8 @@ import { existsSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import { decodeSegment, verifySegment } from '../core/columns/codec.ts';
+import { decodeDay, decodeSegment, verifySegment } from '../core/columns/codec.ts';
+import type { VisitTable } from '../core/columns/day-table.ts';
 import type { SegmentView } from '../core/columns/segment.ts';
 
 /**
@@ -14,8 +15,11 @@ import type { SegmentView } from '../core/columns/segment.ts';
 
 /** 1 TiB of address space: LMDB maps lazily, so this costs nothing until used. */
 const MAP_SIZE = 2 ** 40;
-/** Decoded segments kept for questions (typed-array views over their bytes plus parsed dictionaries). */
-const CACHE_BYTES = 256 * 2 ** 20;
+/**
+ * Decoded segments kept for questions (typed-array views over their bytes plus parsed dictionaries): 512 MiB holds
+ * ~20M events at ~25 B, a month of a busy project, so a 30-day question reads nothing from the file.
+ */
+const CACHE_BYTES = 512 * 2 ** 20;
 const MARKER = 'folded_up_to';
 /** Segment keys removed per erasure transaction (a segment is removed without reading it: a slice takes a few ms). */
 const ERASE_SLICE = 500;
@@ -28,13 +32,16 @@ type SegKey = [string, string, number];
 export interface StoredSegment {
   segNo: number;
   view: SegmentView;
+  /** a merged day's visit table */
+  table: VisitTable | undefined;
 }
 
 export class ColumnStore {
   private root!: RootDatabase;
   private segs!: Database<Buffer, SegKey>;
   private meta!: Database<unknown, string>;
-  private readonly cache = new Map<string, { view: SegmentView; bytes: number }>();
+  /** decoded segments by project-day (the whole list, so a cached day costs no read), most recently used last */
+  private readonly cache = new Map<string, { list: StoredSegment[]; bytes: number }>();
   private cacheBytes = 0;
   /** set for the few milliseconds a compaction copies the last writes and swaps the file */
   private gate: Promise<void> | undefined;
@@ -79,26 +86,28 @@ export class ColumnStore {
 
   /** The sealed segments of one project-day, in segment order (decoded views, cached). */
   day(projectId: string, day: string): StoredSegment[] {
-    const out: StoredSegment[] = [];
-    for (const { key, value } of this.segs.getRange({ start: [projectId, day, 0], end: [projectId, day, Number.MAX_SAFE_INTEGER] })) {
-      const ck = `${projectId}\u0000${day}\u0000${key[2]}`;
-      let hit = this.cache.get(ck);
-      if (hit) {
-        this.cache.delete(ck); // most recent last
-        this.cache.set(ck, hit);
-      } else {
-        hit = { view: decodeSegment(value), bytes: value.byteLength };
-        this.cache.set(ck, hit);
-        this.cacheBytes += hit.bytes;
-        for (const [k, v] of this.cache) {
-          if (this.cacheBytes <= CACHE_BYTES) break;
-          this.cache.delete(k);
-          this.cacheBytes -= v.bytes;
-        }
-      }
-      out.push({ segNo: key[2], view: hit.view });
+    const ck = `${projectId}\u0000${day}\u0000`;
+    let hit = this.cache.get(ck);
+    if (hit) {
+      this.cache.delete(ck); // most recent last
+      this.cache.set(ck, hit);
+      return hit.list;
     }
-    return out;
+    const list: StoredSegment[] = [];
+    let bytes = 0;
+    for (const { key, value } of this.segs.getRange({ start: [projectId, day, 0], end: [projectId, day, Number.MAX_SAFE_INTEGER] })) {
+      list.push({ segNo: key[2], ...decodeDay(value) });
+      bytes += value.byteLength;
+    }
+    hit = { list, bytes };
+    this.cache.set(ck, hit);
+    this.cacheBytes += bytes;
+    for (const [k, v] of this.cache) {
+      if (this.cacheBytes <= CACHE_BYTES) break;
+      this.cache.delete(k);
+      this.cacheBytes -= v.bytes;
+    }
+    return list;
   }
 
   /** Writes segments and the marker in one transaction. */
@@ -109,6 +118,23 @@ export class ColumnStore {
       for (const s of segments) this.segs.putSync([s.projectId, s.day, s.segNo], Buffer.from(s.bytes.buffer, s.bytes.byteOffset, s.bytes.byteLength));
       if (marker > this.marker()) this.meta.putSync(MARKER, marker);
     });
+    const days = new Set(segments.map((x) => `${x.projectId}\u0000${x.day}\u0000`));
+    this.forget((k) => days.has(k));
+  }
+
+  /**
+   * Replaces segments of one project-day by their merge, stored under the last of their numbers (a segment started
+   * meanwhile has a higher number, so it neither collides nor moves before the merge).
+   */
+  async replaceDay(projectId: string, day: string, segNos: readonly number[], bytes: Uint8Array): Promise<void> {
+    await this.settled();
+    const last = Math.max(...segNos);
+    await this.root.transaction(() => {
+      for (const n of segNos) if (n !== last) this.segs.removeSync([projectId, day, n]);
+      this.segs.putSync([projectId, day, last], Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    });
+    const prefix = `${projectId}\u0000${day}\u0000`;
+    this.forget((k) => k.startsWith(prefix));
   }
 
   /**

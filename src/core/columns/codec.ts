@@ -1,17 +1,21 @@
 /**
  * One sealed segment as one byte array: a header (magic, version, checksum, meta length), a JSON meta block (counts,
- * zone facts, where each block lies), then 4-byte aligned blocks: the time column (Int32), code columns at the
+ * zone facts, where each block lies), then 8-byte aligned blocks: the time column (Int32), code columns at the
  * narrowest width their dictionary allows (1, 2 or 4 bytes), and each dictionary as a JSON array of strings (V8
- * parses JSON arrays of strings faster than any loop over length-prefixed bytes). Decoding gives typed-array views
- * over the bytes, without copying; a dictionary is parsed the first time a question needs it.
+ * parses JSON arrays of strings faster than any loop over length-prefixed bytes). A merged day (day-table.ts) also
+ * carries its visit table. Decoding gives typed-array views over the bytes, without copying; a dictionary is parsed
+ * the first time a question needs it. Version 1 (no visit table, 4-byte alignment) is still read.
  *
  * The checksum function is passed in (the store has a native CRC-32), so this file stays pure.
  */
 
+import { VISIT_VALUE_COLUMNS, type DayTable, type VisitTable } from './day-table.ts';
 import { VALUE_COLUMNS, type Codes, type PropColumn, type SegmentView, type ValueColumn } from './segment.ts';
 
 const MAGIC = 0x4c4f4341; // 'ACOL'
-export const SEGMENT_VERSION = 1;
+export const SEGMENT_VERSION = 2;
+/** versions this release reads: 1 has no visit table and aligns blocks to 4 bytes */
+const READABLE = [1, 2];
 /** magic, version, checksum, meta length: four u32 */
 const HEADER_BYTES = 16;
 
@@ -30,16 +34,32 @@ interface Meta {
   visitBase: number;
   userBase: number;
   time: number;
-  visit: Block;
-  user: Block;
+  /** absent in a merged day: its events are grouped by visit (the table's starts give each event's visit) */
+  visit?: Block;
+  /** absent in a merged day: every event of a visit stands for the visit's visitor (only the first event's counts) */
+  user?: Block;
   visits: Block;
   users: Block;
   cols: Record<string, { codes: Block; dict: Block }>;
   props: Array<{ key: string; codes: Block; dict: Block }>;
+  table?: {
+    V: number;
+    U: number;
+    start: number;
+    firstT: number;
+    lastT: number;
+    userHash: number;
+    pv: Block;
+    entry: Block;
+    exit: Block;
+    user: Block;
+    cols: Record<string, Block>;
+  };
 }
 
 const widthFor = (maxCode: number): 1 | 2 | 4 => (maxCode < 256 ? 1 : maxCode < 65_536 ? 2 : 4);
 const align4 = (n: number): number => (n + 3) & ~3;
+const align8 = (n: number): number => (n + 7) & ~7;
 
 function maxOf(a: ArrayLike<number>): number {
   let m = 0;
@@ -47,19 +67,20 @@ function maxOf(a: ArrayLike<number>): number {
   return m;
 }
 
-export function encodeSegment(s: SegmentView, crc: Crc): Uint8Array {
+/** Encodes a segment; with a visit table when given one (a merged day). */
+export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uint8Array {
   const enc = new TextEncoder();
   const parts: Array<{ bytes: Uint8Array; at: number }> = [];
   let at = 0;
   const add = (bytes: Uint8Array): number => {
-    at = align4(at);
+    at = align8(at);
     const off = at;
     parts.push({ bytes, at: off });
     at += bytes.byteLength;
     return off;
   };
   const codes = (a: Codes, n: number): Block => {
-    const width = widthFor(maxOf(a));
+    const width = widthFor(maxOf(a.subarray(0, n)));
     const out = width === 1 ? new Uint8Array(n) : width === 2 ? new Uint16Array(n) : new Uint32Array(n);
     out.set(a.subarray(0, n));
     return [add(new Uint8Array(out.buffer)), width];
@@ -70,8 +91,8 @@ export function encodeSegment(s: SegmentView, crc: Crc): Uint8Array {
   };
   const n = s.n;
   const time = add(new Uint8Array(s.time.slice(0, n).buffer));
-  const visit = codes(s.visit, n);
-  const user = codes(s.user, n);
+  const visit = table ? undefined : codes(s.visit, n);
+  const user = table ? undefined : codes(s.user, n);
   const visits = dict(s.visitDict());
   const users = dict(s.userDict());
   const cols: Meta['cols'] = {};
@@ -81,6 +102,20 @@ export function encodeSegment(s: SegmentView, crc: Crc): Uint8Array {
     const p = s.prop(key)!;
     props.push({ key, codes: codes(p.codes, n), dict: dict(p.dict) });
   }
+  const bytesOf = (a: Int32Array | Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const tableMeta: Meta['table'] = table && {
+    V: table.V,
+    U: table.U,
+    start: add(bytesOf(table.start)),
+    firstT: add(bytesOf(table.firstT)),
+    lastT: add(bytesOf(table.lastT)),
+    userHash: add(bytesOf(table.userHash)),
+    pv: codes(table.pv, table.V),
+    entry: codes(table.entry, table.V),
+    exit: codes(table.exit, table.V),
+    user: codes(table.user, table.V),
+    cols: Object.fromEntries(VISIT_VALUE_COLUMNS.map((c) => [c, codes(table.col(c), table.V)])),
+  };
   const meta: Meta = {
     n,
     firstSeq: s.firstSeq,
@@ -97,9 +132,10 @@ export function encodeSegment(s: SegmentView, crc: Crc): Uint8Array {
     users,
     cols,
     props,
+    table: tableMeta,
   };
   const metaBytes = enc.encode(JSON.stringify(meta));
-  const dataStart = align4(HEADER_BYTES + metaBytes.byteLength);
+  const dataStart = align8(HEADER_BYTES + metaBytes.byteLength);
   const out = new Uint8Array(dataStart + at);
   const head = new DataView(out.buffer);
   head.setUint32(0, MAGIC, true);
@@ -116,27 +152,39 @@ export function verifySegment(bytes: Uint8Array, crc: Crc): string | undefined {
   if (bytes.byteLength < HEADER_BYTES) return 'too short for a segment header';
   const head = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (head.getUint32(0, true) !== MAGIC) return 'not a column segment (bad magic)';
-  if (head.getUint32(4, true) !== SEGMENT_VERSION) return `segment version ${head.getUint32(4, true)}, this release reads ${SEGMENT_VERSION}`;
+  if (!READABLE.includes(head.getUint32(4, true))) return `segment version ${head.getUint32(4, true)}, this release reads ${READABLE.join(' and ')}`;
   if (head.getUint32(8, true) !== crc(bytes.subarray(12))) return 'checksum mismatch';
   return undefined;
 }
 
+/** A decoded segment, with its visit table when it is a merged day. */
+export interface DecodedSegment {
+  view: SegmentView;
+  table: VisitTable | undefined;
+}
+
 /**
- * A view over an encoded segment. The bytes must start at a 4-byte aligned offset (typed arrays need it); when they
+ * A view over an encoded segment. The bytes must start at an 8-byte aligned offset (typed arrays need it); when they
  * do not, they are copied once into aligned memory.
  */
 export function decodeSegment(input: Uint8Array): SegmentView {
-  const bytes = input.byteOffset % 4 === 0 ? input : input.slice();
+  return decodeDay(input).view;
+}
+
+export function decodeDay(input: Uint8Array): DecodedSegment {
+  const bytes = input.byteOffset % 8 === 0 ? input : input.slice();
   const head = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (head.getUint32(0, true) !== MAGIC) throw new Error('not a column segment (bad magic)');
-  if (head.getUint32(4, true) !== SEGMENT_VERSION) throw new Error(`segment version ${head.getUint32(4, true)} is not readable here`);
+  const version = head.getUint32(4, true);
+  if (!READABLE.includes(version)) throw new Error(`segment version ${version} is not readable here`);
   const metaLen = head.getUint32(12, true);
   const dec = new TextDecoder();
   const meta = JSON.parse(dec.decode(bytes.subarray(HEADER_BYTES, HEADER_BYTES + metaLen))) as Meta;
-  const base = bytes.byteOffset + align4(HEADER_BYTES + metaLen);
+  const base = bytes.byteOffset + (version === 1 ? align4 : align8)(HEADER_BYTES + metaLen);
   const n = meta.n;
-  const view = ([off, width]: Block): Codes =>
-    width === 1 ? new Uint8Array(bytes.buffer, base + off, n) : width === 2 ? new Uint16Array(bytes.buffer, base + off, n) : new Uint32Array(bytes.buffer, base + off, n);
+  const viewOf = ([off, width]: Block, len: number): Codes =>
+    width === 1 ? new Uint8Array(bytes.buffer, base + off, len) : width === 2 ? new Uint16Array(bytes.buffer, base + off, len) : new Uint32Array(bytes.buffer, base + off, len);
+  const view = (b: Block): Codes => viewOf(b, n);
   const parsed = new Map<number, readonly string[]>();
   const dict = ([off, len]: Block): readonly string[] => {
     let d = parsed.get(off);
@@ -148,7 +196,10 @@ export function decodeSegment(input: Uint8Array): SegmentView {
   const props = new Map(meta.props.map((p) => [p.key, p]));
   const propCols = new Map<string, PropColumn>();
   const keys = meta.props.map((p) => p.key);
-  return {
+  let visitCodes: Codes | undefined;
+  let userCodes: Codes | undefined;
+  let table: VisitTable | undefined;
+  const segment: SegmentView = {
     n,
     firstSeq: meta.firstSeq,
     lastSeq: meta.lastSeq,
@@ -158,8 +209,12 @@ export function decodeSegment(input: Uint8Array): SegmentView {
     visitBase: meta.visitBase,
     userBase: meta.userBase,
     time: new Int32Array(bytes.buffer, base + meta.time, n),
-    visit: view(meta.visit),
-    user: view(meta.user),
+    get visit() {
+      return (visitCodes ??= meta.visit ? view(meta.visit) : perEvent(table!, table!.start, null));
+    },
+    get user() {
+      return (userCodes ??= meta.user ? view(meta.user) : perEvent(table!, table!.start, table!.user));
+    },
     column: (c) => cols.get(c)!,
     dict: (c) => dict(meta.cols[c]!.dict),
     visitDict: () => dict(meta.visits),
@@ -182,4 +237,34 @@ export function decodeSegment(input: Uint8Array): SegmentView {
       return p;
     },
   };
+  const t = meta.table;
+  if (t) {
+    const vcols = new Map(Object.entries(t.cols).map(([c, b]) => [c, viewOf(b, t.V)]));
+    table = {
+      V: t.V,
+      U: t.U,
+      start: new Int32Array(bytes.buffer, base + t.start, t.V + 1),
+      firstT: new Int32Array(bytes.buffer, base + t.firstT, t.V),
+      lastT: new Int32Array(bytes.buffer, base + t.lastT, t.V),
+      userHash: new Float64Array(bytes.buffer, base + t.userHash, t.U),
+      pv: viewOf(t.pv, t.V),
+      entry: viewOf(t.entry, t.V),
+      exit: viewOf(t.exit, t.V),
+      user: viewOf(t.user, t.V),
+      col: (c) => vcols.get(c)!,
+    };
+  }
+  return { view: segment, table };
+}
+
+/** Per event of a merged day: its visit code (values null) or its visit's value. */
+function perEvent(t: VisitTable, start: Int32Array, values: Codes | null): Uint32Array {
+  const out = new Uint32Array(start[t.V]!);
+  for (let v = 0; v < t.V; v++) out.fill(values ? values[v]! : v, start[v]!, start[v + 1]!);
+  return out;
+}
+
+/** The day table of a decoded merged segment (undefined for a segment without a visit table). */
+export function dayTableOf(d: DecodedSegment): DayTable | undefined {
+  return d.table && { view: d.view, table: d.table };
 }

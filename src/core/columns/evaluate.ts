@@ -1,24 +1,28 @@
 /**
- * Answers a question (CONTRACT.md "Questions: POST /query") over the segments of a range, one day at a time: the
- * caller feeds each day's segments (in log order) to `addDay` and yields to its event loop between days, then asks
- * `finish`. This file is long because the per-day pipeline (remap dictionaries, zone check, flatten, visit table, visit filters,
- * events grouped by visit, rows) is one piece whose steps share reusable buffers.
+ * Answers a question (CONTRACT.md "Questions: POST /query") over day tables (day-table.ts), one day at a time: the
+ * caller feeds each day's table to `addDay` and yields to its event loop between days, then asks `finish`. This file is long because
+ * the per-day pipeline (map the day's dictionaries, resolve filters to day-code tables, pass visits, walk
+ * their events, count rows and visitors) is one piece whose steps share reusable buffers.
  *
- * Values are compared as question-wide codes: each segment's dictionary is mapped once onto the question's
- * dictionaries ("spaces"), and every filter is a table over a space, filled as values are interned, so `contains`
- * runs once per distinct value and never per event. Per-event loops read typed arrays and allocate nothing.
+ * Values are compared as question-wide codes: each day's dictionary is mapped once onto the question's dictionaries
+ * ("spaces"), every filter is a table over a space (so `contains` runs once per distinct value), and per day each
+ * table is composed into a match array over the day's own codes. The day's events come grouped by visit, with the
+ * visit table (first / last time, page views, entry / exit, visitor, first-event values) already built. Per-event
+ * loops read typed arrays and allocate nothing; rows are counted in typed arrays indexed by row number.
  */
 
-import { hash53 } from '../hash.ts';
 import type { Dimension, Filter, FunnelQuestion, FunnelStepAnswer, Goal, Metric, Question, QueryAnswer, QueryRow, TimeDimension } from '../query/types.ts';
-import { type Codes, type SegmentView, type ValueColumn } from './segment.ts';
+import { PAGE_VIEW, visitLists, type DayTable, type VisitValueColumn } from './day-table.ts';
+import { Distinct, PairSet } from './distinct.ts';
+import type { Codes, ValueColumn } from './segment.ts';
 import { dayBucket, dayHours, rangeBuckets } from './time-buckets.ts';
 
 /** Codes of one space stay below this, so up to two codes compose into one exact number (2 × 26 bits < 53). */
 const CODE_BITS = 2 ** 26;
-const T_MAX = 2 ** 31 - 1;
-const T_MIN = -(2 ** 31);
-const PAGE_VIEW = 'page_view';
+/** time:hour: a day's events fall in 15-minute slots from −15 h to +40 h around its UTC midnight (time-buckets.ts). */
+const SLOT_MS = 15 * 60_000;
+const SLOT_FROM_MS = -15 * 3_600_000;
+const SLOTS = (55 * 3_600_000) / SLOT_MS;
 
 type Test = (s: string) => boolean;
 
@@ -110,16 +114,21 @@ function filterTest(op: Filter[0], dim: Dimension, values: string[]): { test: Te
   return op === 'contains' ? { test: has, noValue: false } : { test: (s) => !has(s), noValue: true };
 }
 
-/** Growable typed buffers reused across days. */
-function ensureI32(a: Int32Array, n: number): Int32Array<ArrayBuffer> {
-  return a.length >= n ? (a as never) : new Int32Array(Math.max(n, a.length * 2));
+
+/** Per day: a question table over a space composed into a match array over the day's codes of that space. */
+function compose(t: Table, remap: Int32Array): Uint8Array {
+  const out = new Uint8Array(remap.length);
+  out[0] = t.match[0]!;
+  for (let c = 1; c < remap.length; c++) out[c] = t.match[remap[c]!]!;
+  return out;
 }
-function ensureF64(a: Float64Array, n: number): Float64Array<ArrayBuffer> {
-  return a.length >= n ? (a as never) : new Float64Array(Math.max(n, a.length * 2));
+
+function anyOne(m: Uint8Array): boolean {
+  for (let i = 0; i < m.length; i++) if (m[i] === 1) return true;
+  return false;
 }
-function ensureU8(a: Uint8Array, n: number): Uint8Array<ArrayBuffer> {
-  return a.length >= n ? (a as never) : new Uint8Array(Math.max(n, a.length * 2));
-}
+
+const EMPTY = new Uint32Array(0);
 
 /** A visit-level or event-level filter on a value space. */
 interface ValueFilter {
@@ -137,53 +146,56 @@ interface GoalFilter {
 }
 
 /**
- * What every run shares: the question's spaces, the day's flattened columns, its visit table and events grouped by
- * visit. QueryRun and FunnelRun add what they count.
+ * What every run shares: the question's spaces and filters, and per day the dictionaries mapped onto them, the
+ * filters as day-code match arrays, and which visits pass the visit-level filters.
  */
 abstract class DayScan {
   protected readonly spaces = new Map<string, Space>();
   protected readonly visitFilters: ValueFilter[] = [];
   protected readonly eventFilters: Array<ValueFilter | GoalFilter> = [];
-  /** spaces whose per-event codes a day needs (besides name) */
-  protected readonly eventSpaces = new Set<string>();
-  /** visit-level value columns whose first-event codes a day needs */
-  protected readonly visitSpaces = new Set<ValueColumn>();
-  protected needPath = false;
+  /** spaces whose day dictionaries a day maps (name always) */
+  protected readonly needed = new Set<string>(['name']);
   protected needVisitors = false;
-  protected pvTable: Table;
 
-  // the day's flattened events (question-wide codes) and its visits
-  protected n = 0;
-  protected V = 0;
-  protected T = new Int32Array(0);
-  protected VIS = new Int32Array(0);
-  protected NAME = new Int32Array(0);
-  protected PATH = new Int32Array(0);
-  protected readonly EV = new Map<string, Int32Array>();
-  protected vFirstT = new Int32Array(0);
-  protected vFirstK = new Int32Array(0);
-  protected vLastT = new Int32Array(0);
-  protected vPv = new Int32Array(0);
-  protected vEntryT = new Int32Array(0);
-  protected vEntry = new Int32Array(0);
-  protected vExitT = new Int32Array(0);
-  protected vExit = new Int32Array(0);
+  // the current day
+  protected dt!: DayTable;
+  protected dayIndex = -1;
+  protected readonly remaps = new Map<string, Int32Array>();
+  /** day name code → 1 for page_view */
+  protected pvDay = new Uint8Array(0);
+  /** name and path per event, set when the day's events are walked (a visit-level question never reads them) */
+  protected NAME: Codes = EMPTY;
+  private eventColumnsReady = false;
+  protected PATH: Codes = EMPTY;
   protected vPass = new Uint8Array(0);
-  protected readonly vCodes = new Map<ValueColumn, Int32Array>();
-  protected vUserHash = new Float64Array(0);
-  /** events of passing visits grouped by visit (log order inside a visit), and where each visit's run starts */
-  protected ORDER = new Int32Array(0);
-  protected vStart = new Int32Array(0);
-  protected day = '';
-  protected segs: readonly SegmentView[] = [];
-  protected segStart: number[] = [];
-  private remaps: Array<Map<string, Int32Array>> = [];
+  private vMark = new Uint8Array(0);
+  // event filters of the day: value filters as (codes, match), goal filters as (names, paths, negate)
+  protected efCodes: Codes[] = [];
+  /** the same columns as stored (visit lists are kept per stored column) */
+  protected efRaw: Codes[] = [];
+  protected efMatch: Uint8Array[] = [];
+  protected gfNames: Uint8Array[] = [];
+  protected gfPaths: Uint8Array[] = [];
+  protected gfNegate: boolean[] = [];
+  /** visitors seen today: per row (row × U + visitor) */
+  protected readonly pairs = new PairSet();
+  /**
+   * reusable Int32 copies of the day's per-visit columns: the per-visit loops then read one array type (per-event
+   * columns are read as stored: a question touches only the events of its candidate visits, so copying them all costs more)
+   */
+  private readonly scratch: Int32Array[] = [];
+  private scratchUsed = 0;
 
-  constructor(
-    protected readonly timeZone: string,
-    visitFilters: Filter[],
-  ) {
-    this.pvTable = this.space('name').table((s) => s === PAGE_VIEW, false);
+  /** Per-visit codes widened into a reusable Int32Array (valid until the next day). */
+  protected widen(codes: Codes | Int32Array): Int32Array {
+    const i = this.scratchUsed++;
+    let a = this.scratch[i];
+    if (!a || a.length < codes.length) this.scratch[i] = a = new Int32Array(Math.max(codes.length, (a?.length ?? 0) * 2));
+    a.set(codes);
+    return a;
+  }
+
+  constructor(visitFilters: Filter[]) {
     for (const [op, dim, values] of visitFilters) this.addFilter(op, dim, values, []);
   }
 
@@ -198,7 +210,7 @@ abstract class DayScan {
       const named = goals.filter((g) => values.includes(g.name));
       const events = new Set(named.filter((g) => g.event !== undefined).map((g) => g.event!));
       const pages = named.filter((g) => g.page !== undefined).map((g) => pagePattern(g.page!));
-      this.needPath = true;
+      this.needed.add('path');
       this.eventFilters.push({
         kind: 'goal',
         names: this.space('name').table((s) => events.has(s), false),
@@ -216,253 +228,208 @@ abstract class DayScan {
   }
 
   protected need(dim: Dimension): void {
-    if (dim === 'entryPage' || dim === 'exitPage' || dim === 'page') this.needPath = true;
-    else if (dim in VISIT_COLUMNS) this.visitSpaces.add(VISIT_COLUMNS[dim]!);
-    else if (dim === 'event' || dim === 'goal' || dim.startsWith('time:')) return;
-    else this.eventSpaces.add(dim);
+    if (dim === 'goal' || dim.startsWith('time:')) return;
+    this.needed.add(spaceOf(dim));
   }
 
-  /** Per segment: its dictionary of `space` mapped onto the question's (index: segment code). */
-  private remap(seg: SegmentView, space: string): Int32Array {
-    const dict = space.startsWith('prop:') ? seg.prop(space.slice(5))?.dict : seg.dict(space as ValueColumn);
-    const s = this.space(space);
-    const out = new Int32Array((dict?.length ?? 0) + 1);
-    if (dict) for (let i = 0; i < dict.length; i++) out[i + 1] = s.code(dict[i]!);
-    return out;
+  /** The day's codes of a space (per event; per visit for visit-level columns). */
+  protected eventCodes(space: string): Codes {
+    const v = this.dt.view;
+    if (space.startsWith('prop:')) return v.prop(space.slice(5))?.codes ?? EMPTY;
+    return v.column(space as ValueColumn);
   }
 
-  /** Could any value of a day's segments pass this table? (zone facts: dictionaries say which values occur) */
-  private anyMatch(space: string, table: Table): boolean {
-    if (table.match[0] === 1) return true;
-    for (const m of this.remaps) {
-      const r = m.get(space)!;
-      for (let i = 1; i < r.length; i++) if (table.match[r[i]!] === 1) return true;
-    }
-    return false;
+  protected visitCodes(dim: Dimension): Codes {
+    const t = this.dt.table;
+    if (dim === 'entryPage') return t.entry;
+    if (dim === 'exitPage') return t.exit;
+    return t.col(VISIT_COLUMNS[dim] as VisitValueColumn);
   }
 
-  /** Loads a day: false when zone facts show no event can be selected (the day is then skipped). */
-  protected load(day: string, segs: readonly SegmentView[]): boolean {
-    this.day = day;
-    this.segs = segs;
-    this.remaps = [];
-    let n = 0;
-    this.segStart = [];
-    for (const seg of segs) {
-      this.segStart.push(n);
-      n += seg.n;
+  /** Loads a day: false when its dictionaries show no event can be selected (the day is then skipped). */
+  protected load(dt: DayTable): boolean {
+    if (dt.view.n === 0) return false;
+    this.scratchUsed = 0;
+    this.dt = dt;
+    this.dayIndex++;
+    const view = dt.view;
+    for (const space of this.needed) {
+      const dict = space.startsWith('prop:') ? view.prop(space.slice(5))?.dict : view.dict(space as ValueColumn);
+      const s = this.space(space);
+      const out = new Int32Array((dict?.length ?? 0) + 1);
+      if (dict) for (let i = 0; i < dict.length; i++) out[i + 1] = s.code(dict[i]!);
+      this.remaps.set(space, out);
     }
-    this.n = n;
-    if (n === 0) return false;
-    const spaces = new Set<string>(['name', ...this.eventSpaces, ...this.visitSpaces]);
-    if (this.needPath) spaces.add('path');
-    for (const seg of segs) {
-      const m = new Map<string, Int32Array>();
-      for (const s of spaces) m.set(s, this.remap(seg, s));
-      this.remaps.push(m);
-    }
-    for (const f of this.visitFilters) if (!this.anyMatch(f.space, f.table)) return false;
-    for (const f of this.eventFilters) if (f.kind === 'value' && !this.anyMatch(f.space, f.table)) return false;
+    const names = view.dict('name');
+    this.pvDay = new Uint8Array(names.length + 1);
+    for (let i = 0; i < names.length; i++) if (names[i] === PAGE_VIEW) this.pvDay[i + 1] = 1;
+    this.eventColumnsReady = false;
 
-    this.T = ensureI32(this.T, n);
-    this.VIS = ensureI32(this.VIS, n);
-    this.NAME = ensureI32(this.NAME, n);
-    if (this.needPath) this.PATH = ensureI32(this.PATH, n);
-    for (const s of this.eventSpaces) this.EV.set(s, ensureI32(this.EV.get(s) ?? new Int32Array(0), n));
-    let V = 0;
-    for (let si = 0; si < segs.length; si++) {
-      const seg = segs[si]!;
-      const at = this.segStart[si]!;
-      const m = this.remaps[si]!;
-      this.T.set(seg.time, at);
-      this.VIS.set(seg.visit, at);
-      const v = seg.visit;
-      for (let i = 0; i < v.length; i++) if (v[i]! >= V) V = v[i]! + 1;
-      copyMapped(seg.column('name'), m.get('name')!, this.NAME, at);
-      if (this.needPath) copyMapped(seg.column('path'), m.get('path')!, this.PATH, at);
-      for (const s of this.eventSpaces) {
-        const dst = this.EV.get(s)!;
-        const p = seg.prop(s.slice(5));
-        if (p) copyMapped(p.codes, m.get(s)!, dst, at);
-        else dst.fill(0, at, at + seg.n);
+    const vfCodes: Codes[] = [];
+    const vfMatch: Uint8Array[] = [];
+    for (const f of this.visitFilters) {
+      const m = compose(f.table, this.remaps.get(f.space)!);
+      if (!anyOne(m)) return false;
+      vfCodes.push(this.visitCodes(f.dim));
+      vfMatch.push(m);
+    }
+    this.efCodes = [];
+    this.efRaw = [];
+    this.efMatch = [];
+    this.gfNames = [];
+    this.gfPaths = [];
+    this.gfNegate = [];
+    for (const f of this.eventFilters) {
+      if (f.kind === 'goal') {
+        this.gfNames.push(compose(f.names, this.remaps.get('name')!));
+        this.gfPaths.push(compose(f.paths, this.remaps.get('path')!));
+        this.gfNegate.push(f.negate);
+        continue;
       }
+      const m = compose(f.table, this.remaps.get(f.space)!);
+      if (!anyOne(m)) return false;
+      const codes = this.eventCodes(f.space);
+      if (codes.length === 0) {
+        if (m[0] !== 1) return false; // the day has no such property: only "no value" could pass
+        continue; // every event has no value, and that passes
+      }
+      this.efCodes.push(codes);
+      this.efRaw.push(codes);
+      this.efMatch.push(m);
     }
-    this.V = V;
-    this.visitTable();
+
+    const { V, start } = dt.table;
+    if (this.vPass.length < V) this.vPass = new Uint8Array(Math.max(V, this.vPass.length * 2));
+    const pass = this.vPass;
+    const nf = vfCodes.length;
+    for (let v = 0; v < V; v++) {
+      let ok = start[v]! < start[v + 1]!;
+      for (let f = 0; ok && f < nf; f++) ok = vfMatch[f]![vfCodes[f]![v]!] === 1;
+      pass[v] = ok ? 1 : 0;
+    }
+    // an event filter no event without a value passes: only visits with an event of a passing value can be selected
+    for (let f = 0; f < this.efCodes.length; f++) if (this.efMatch[f]![0] === 0) this.onlyVisitsWith(this.efRaw[f]!, this.efMatch[f]!);
+    for (const [codes, match] of this.candidates()) this.onlyVisitsWith(codes, match);
+    this.pairs.clear();
     return true;
   }
 
-  /** First / last times, entry / exit pages, page views and first-event values of each visit of the day. */
-  private visitTable(): void {
-    const { n, V, T, VIS, NAME, PATH } = this;
-    this.vFirstT = ensureI32(this.vFirstT, V);
-    this.vFirstK = ensureI32(this.vFirstK, V);
-    this.vLastT = ensureI32(this.vLastT, V);
-    this.vPv = ensureI32(this.vPv, V);
-    this.vEntryT = ensureI32(this.vEntryT, V);
-    this.vEntry = ensureI32(this.vEntry, V);
-    this.vExitT = ensureI32(this.vExitT, V);
-    this.vExit = ensureI32(this.vExit, V);
-    const { vFirstT, vFirstK, vLastT, vPv, vEntryT, vEntry, vExitT, vExit } = this;
-    vFirstT.fill(T_MAX, 0, V);
-    vLastT.fill(T_MIN, 0, V);
-    vPv.fill(0, 0, V);
-    vEntryT.fill(T_MAX, 0, V);
-    vExitT.fill(T_MIN, 0, V);
-    vEntry.fill(0, 0, V);
-    vExit.fill(0, 0, V);
-    const pv = this.pvTable.match;
-    const path = this.needPath;
-    for (let k = 0; k < n; k++) {
-      const v = VIS[k]!;
-      const t = T[k]!;
-      // first: earliest time, then log order (strict <); last: latest time, then log order (>=)
-      if (t < vFirstT[v]!) {
-        vFirstT[v] = t;
-        vFirstK[v] = k;
-      }
-      if (t >= vLastT[v]!) vLastT[v] = t;
-      if (pv[NAME[k]!] === 1) {
-        vPv[v]!++;
-        if (path) {
-          if (t < vEntryT[v]!) {
-            vEntryT[v] = t;
-            vEntry[v] = PATH[k]!;
-          }
-          if (t >= vExitT[v]!) {
-            vExitT[v] = t;
-            vExit[v] = PATH[k]!;
-          }
-        }
-      }
-    }
-    // first-event values, read from the first event's segment
-    for (const c of this.visitSpaces) this.vCodes.set(c, ensureI32(this.vCodes.get(c) ?? new Int32Array(0), V));
-    const needUser = this.needVisitors;
-    if (needUser) this.vUserHash = ensureF64(this.vUserHash, V);
-    const userHashes = needUser ? this.dayUserHashes() : undefined;
-    for (let v = 0; v < V; v++) {
-      const k = vFirstK[v]!;
-      if (vFirstT[v] === T_MAX) continue; // a code no event of these segments uses
-      const si = this.segmentOf(k);
-      const seg = this.segs[si]!;
-      const i = k - this.segStart[si]!;
-      for (const c of this.visitSpaces) this.vCodes.get(c)![v] = this.remaps[si]!.get(c)![seg.column(c)[i]!]!;
-      if (userHashes) this.vUserHash[v] = userHashes[seg.user[i]!]!;
-    }
+  /** More (codes, match) pairs that every selected visit must have an event of (the funnel's first step). */
+  protected candidates(): Array<[Codes, Uint8Array]> {
+    return [];
   }
 
-  private segmentOf(k: number): number {
-    const s = this.segStart;
-    let lo = 0;
-    let hi = s.length - 1;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (s[mid]! <= k) lo = mid;
-      else hi = mid - 1;
+  /** Keeps in vPass only the visits with at least one event whose code passes `match`. */
+  protected onlyVisitsWith(codes: Codes, match: Uint8Array): void {
+    const t = this.dt.table;
+    const lists = visitLists(t, codes, match.length - 1);
+    if (this.vMark.length < t.V) this.vMark = new Uint8Array(Math.max(t.V, this.vMark.length * 2));
+    const mark = this.vMark;
+    mark.fill(0, 0, t.V);
+    for (let c = 1; c < match.length; c++) {
+      if (match[c] !== 1) continue;
+      for (let i = lists.at[c]!; i < lists.at[c + 1]!; i++) mark[lists.visits[i]!] = 1;
     }
-    return lo;
-  }
-
-  /** Hash of each day-level visitor code of the day (from each segment's new visitor ids). */
-  private dayUserHashes(): Float64Array {
-    let U = 0;
-    for (const seg of this.segs) U = Math.max(U, seg.userBase + seg.userDict().length);
-    const out = new Float64Array(U);
-    for (const seg of this.segs) {
-      const d = seg.userDict();
-      for (let i = 0; i < d.length; i++) out[seg.userBase + i] = hash53(d[i]!);
-    }
-    return out;
-  }
-
-  /** Visits passing every visit-level filter, and their events grouped by visit (a stable counting sort). */
-  protected groupVisits(): void {
-    const { n, V, VIS } = this;
-    this.vPass = ensureU8(this.vPass, V);
     const pass = this.vPass;
-    for (let v = 0; v < V; v++) {
-      let ok = this.vFirstT[v] !== T_MAX;
-      for (let f = 0; ok && f < this.visitFilters.length; f++) ok = this.visitFilters[f]!.table.match[this.visitCode(this.visitFilters[f]!.dim, v)] === 1;
-      pass[v] = ok ? 1 : 0;
-    }
-    this.vStart = ensureI32(this.vStart, V + 1);
-    const start = this.vStart;
-    start.fill(0, 0, V + 1);
-    for (let k = 0; k < n; k++) if (pass[VIS[k]!] === 1) start[VIS[k]! + 1]!++;
-    for (let v = 0; v < V; v++) start[v + 1]! += start[v]!;
-    this.ORDER = ensureI32(this.ORDER, start[V]!);
-    const cursor = start.slice(0, V);
-    for (let k = 0; k < n; k++) {
-      const v = VIS[k]!;
-      if (pass[v] === 1) this.ORDER[cursor[v]!++] = k;
-    }
+    for (let v = 0; v < t.V; v++) pass[v]! &= mark[v]!;
   }
 
-  /** The visit-level value of visit v for a visit-level dimension (0: none). */
-  protected visitCode(dim: Dimension, v: number): number {
-    if (dim === 'entryPage') return this.vEntry[v]!;
-    if (dim === 'exitPage') return this.vExit[v]!;
-    return this.vCodes.get(VISIT_COLUMNS[dim]!)![v]!;
+  protected eventColumns(): void {
+    if (this.eventColumnsReady) return;
+    this.eventColumnsReady = true;
+    const view = this.dt.view;
+    this.NAME = view.column('name');
+    this.PATH = this.needed.has('path') ? view.column('path') : this.NAME;
   }
 
   /** Does event k pass every event-level filter? */
   protected eventPasses(k: number): boolean {
-    const fs = this.eventFilters;
-    for (let f = 0; f < fs.length; f++) {
-      const x = fs[f]!;
-      if (x.kind === 'goal') {
-        const name = this.NAME[k]!;
-        const hit = x.names.match[name] === 1 || (this.pvTable.match[name] === 1 && x.paths.match[this.PATH[k]!] === 1);
-        if (hit === x.negate) return false;
-      } else {
-        const codes = x.space === 'name' ? this.NAME : x.space === 'path' ? this.PATH : this.EV.get(x.space)!;
-        if (x.table.match[codes[k]!] !== 1) return false;
-      }
+    const ef = this.efCodes;
+    for (let f = 0; f < ef.length; f++) if (this.efMatch[f]![ef[f]![k]!] !== 1) return false;
+    const gn = this.gfNames;
+    for (let f = 0; f < gn.length; f++) {
+      const name = this.NAME[k]!;
+      const hit = gn[f]![name] === 1 || (this.pvDay[name] === 1 && this.gfPaths[f]![this.PATH[k]!] === 1);
+      if (hit === this.gfNegate[f]) return false;
     }
     return true;
   }
-}
 
-function copyMapped(src: Codes, map: Int32Array, dst: Int32Array, at: number): void {
-  for (let i = 0; i < src.length; i++) dst[at + i] = map[src[i]!]!;
-}
-
-/** Counts of one row (or the totals). */
-class Acc {
-  visits = 0;
-  pageviews = 0;
-  events = 0;
-  pvOfVisits = 0;
-  bounces = 0;
-  withPv = 0;
-  durationMs = 0;
-  stamp = -1;
-  readonly visitors = new Set<number>();
-  constructor(readonly codes: number[]) {}
+  protected get anyEventFilter(): boolean {
+    return this.efCodes.length > 0 || this.gfNames.length > 0;
+  }
 }
 
 const round1 = (x: number): number => Math.round(x * 10) / 10;
 const round2 = (x: number): number => Math.round(x * 100) / 100;
 
+/** Row counts in typed arrays indexed by row number; row 0 is the totals. */
+class Rows {
+  n = 1;
+  visits: Float64Array = new Float64Array(64);
+  pageviews: Float64Array = new Float64Array(64);
+  events: Float64Array = new Float64Array(64);
+  pvOfVisits: Float64Array = new Float64Array(64);
+  bounces: Float64Array = new Float64Array(64);
+  withPv: Float64Array = new Float64Array(64);
+  durationMs: Float64Array = new Float64Array(64);
+  /** the last visit (question-wide stamp) counted in the row */
+  stamp: Float64Array = new Float64Array(64).fill(-1);
+  readonly codes: number[][] = [[]];
+  readonly distinct: Distinct[] = [new Distinct()];
+
+  add(codes: number[]): number {
+    if (this.n === this.visits.length) this.grow();
+    this.codes.push(codes);
+    this.distinct.push(new Distinct());
+    return this.n++;
+  }
+
+  private grow(): void {
+    const g = (a: Float64Array, fill = 0): Float64Array => {
+      const b = new Float64Array(a.length * 2).fill(fill);
+      b.set(a);
+      return b;
+    };
+    this.visits = g(this.visits);
+    this.pageviews = g(this.pageviews);
+    this.events = g(this.events);
+    this.pvOfVisits = g(this.pvOfVisits);
+    this.bounces = g(this.bounces);
+    this.withPv = g(this.withPv);
+    this.durationMs = g(this.durationMs);
+    this.stamp = g(this.stamp, -1);
+  }
+}
+
 export class QueryRun extends DayScan {
   private readonly dims: Dimension[];
   private readonly goalSpace: Space;
-  /** per goal: the name code of its event, or its page table */
-  private readonly goalMatchers: Array<{ name?: number; page?: Table }> = [];
-  private readonly totals = new Acc([]);
-  private readonly rows = new Map<number, Acc>();
-  private readonly pairs = new Map<number, number>();
-  private stamp = 0;
+  /** per goal: its event name (question code), or its page table */
+  private readonly goalMatchers: Array<{ name?: string; page?: Table }> = [];
+  private readonly rows = new Rows();
+  /** one dimension: row number by question code; several: composite key → row number */
+  private rowOf = new Int32Array(64);
+  private readonly rowMap = new Map<number, number>();
+  private readonly pairKeys = new Map<number, number>();
+  private stampSeq = 0;
   private readonly timeDim: TimeDimension | undefined;
-  private readonly needPerEvent: boolean;
+  private readonly visitLevelOnly: boolean;
+  /** events and pageviews are asked (else a visit-level row stops at the visit's first selected event) */
+  private readonly needEventCounts: boolean;
+  /** bounceRate, viewsPerVisit or visitDuration is asked (their sums per visit) */
+  private readonly needVisitMetrics: boolean;
+  /** per visitor of the day: the first row it was counted in (−1: none yet); other rows go through the PairSet */
+  private userRow = new Int32Array(0);
+  private readonly codes = [0, 0, 0];
+  private seenToday = new Uint8Array(0);
 
   constructor(
-    timeZone: string,
+    private readonly timeZone: string,
     private readonly goals: readonly Goal[],
     private readonly q: Question,
   ) {
-    super(timeZone, []);
+    super([]);
     for (const [op, dim, values] of q.filters) this.addFilter(op, dim, values, goals);
     this.dims = q.dimensions;
     for (const d of this.dims) this.need(d);
@@ -470,57 +437,124 @@ export class QueryRun extends DayScan {
     this.goalSpace = this.space('goal');
     for (const g of goals) this.goalSpace.code(g.name);
     if (this.dims.includes('goal')) {
-      this.needPath = true;
-      for (const g of goals) {
-        this.goalMatchers.push(g.event !== undefined ? { name: this.space('name').code(g.event) } : { page: this.space('path').table(pagePattern(g.page ?? ''), false) });
-      }
+      this.needed.add('path');
+      for (const g of goals) this.goalMatchers.push(g.event !== undefined ? { name: g.event } : { page: this.space('path').table(pagePattern(g.page ?? ''), false) });
     }
     if (this.timeDim) for (const b of rangeBuckets(this.timeDim, q.from, q.to, timeZone)) this.space('time').code(b);
     this.needVisitors = q.metrics.includes('visitors') || q.metrics.includes('conversionRate');
-    this.needPerEvent = this.dims.some((d) => !isVisitLevel(d));
+    this.visitLevelOnly = this.dims.every(isVisitLevel);
+    this.needEventCounts = q.metrics.includes('events') || q.metrics.includes('pageviews');
+    this.needVisitMetrics = q.metrics.some((m) => m === 'bounceRate' || m === 'viewsPerVisit' || m === 'visitDuration');
   }
 
-  addDay(day: string, segs: readonly SegmentView[]): void {
-    if (day < this.q.from || day > this.q.to) return;
-    if (!this.load(day, segs)) return;
-    this.groupVisits();
-    const { V, ORDER, vStart, dims } = this;
-    const pvm = this.pvTable.match;
-    const hours = this.timeDim === 'time:hour' ? dayHours(day, this.timeZone) : undefined;
-    const hourCodes = hours?.labels.map((l) => this.space('time').code(l));
-    const dayTime = this.timeDim && this.timeDim !== 'time:hour' ? this.space('time').code(dayBucket(this.timeDim, day)) : 0;
-    const codes = [0, 0, 0];
+  addDay(day: string, dt: DayTable | undefined): void {
+    if (day < this.q.from || day > this.q.to || !dt) return;
+    if (!this.load(dt)) return;
+    if (this.dims.length === 0 || (this.dims.length === 1 && this.dims[0] !== 'goal')) {
+      this.addDayGrouped(day, dt);
+      return;
+    }
+    this.eventColumns();
+    const { V, U, start } = dt.table;
+    const dims = this.dims;
+    const nd = dims.length;
+    // per dimension: the day's codes (per visit or per event) and their question codes
+    const dimCodes: Array<Codes | Int32Array> = [];
+    const dimRemap: Int32Array[] = [];
+    const dimKind: number[] = []; // 0 visit-level, 1 event-level, 2 goal, 3 hour, 4 whole-day bucket
+    for (const d of dims) {
+      if (isVisitLevel(d)) {
+        dimKind.push(0);
+        dimCodes.push(this.visitCodes(d));
+        dimRemap.push(this.remaps.get(spaceOf(d))!);
+      } else if (d === 'goal') {
+        dimKind.push(2);
+        dimCodes.push(EMPTY);
+        dimRemap.push(new Int32Array(0));
+      } else if (d === 'time:hour') {
+        dimKind.push(3);
+        dimCodes.push(this.dt.view.time);
+        dimRemap.push(this.hourSlots(day));
+      } else if (d.startsWith('time:')) {
+        dimKind.push(4);
+        dimCodes.push(EMPTY);
+        dimRemap.push(Int32Array.of(this.space('time').code(dayBucket(d as TimeDimension, day))));
+      } else {
+        dimKind.push(1);
+        dimCodes.push(this.eventCodes(spaceOf(d)));
+        dimRemap.push(this.remaps.get(spaceOf(d))!);
+      }
+    }
+    const goalNames: number[] = [];
+    const goalPaths: Uint8Array[] = [];
+    if (dims.includes('goal')) {
+      const names = this.dt.view.dict('name');
+      for (const m of this.goalMatchers) {
+        goalNames.push(m.name !== undefined ? names.indexOf(m.name) + 1 || -1 : -1);
+        goalPaths.push(m.page ? compose(m.page, this.remaps.get('path')!) : new Uint8Array(0));
+      }
+    }
+    if (this.seenToday.length < U) this.seenToday = new Uint8Array(Math.max(U, this.seenToday.length * 2));
+    else this.seenToday.fill(0, 0, U);
+    if (this.userRow.length < U) this.userRow = new Int32Array(Math.max(U, this.userRow.length * 2));
+    this.userRow.fill(-1, 0, U);
+    const needEventCounts = this.needEventCounts;
+    const pass = this.vPass;
+    const pvDay = this.pvDay;
+    const NAME = this.NAME;
+    const vPv = dt.table.pv;
+    const rows = this.rows;
+    const codes = this.codes;
+    const eventLevel = this.anyEventFilter || !this.visitLevelOnly;
     for (let v = 0; v < V; v++) {
-      if (this.vPass[v] !== 1) continue;
-      const stamp = ++this.stamp;
+      if (pass[v] !== 1) continue;
+      const a = start[v]!;
+      const b = start[v + 1]!;
+      if (!eventLevel) {
+        rows.events[0]! += b - a;
+        rows.pageviews[0]! += vPv[v]!;
+        this.addVisit(0, v);
+        if (nd === 0) continue;
+        const r = this.visitRow(v, dimCodes, dimRemap);
+        if (r < 0) continue;
+        rows.events[r]! += b - a;
+        rows.pageviews[r]! += vPv[v]!;
+        this.addVisit(r, v);
+        continue;
+      }
+      const stamp = ++this.stampSeq;
       let selected = false;
-      for (let j = vStart[v]!; j < vStart[v + 1]!; j++) {
-        const k = ORDER[j]!;
+      // all dimensions visit-level: the visit's one row, found at its first selected event
+      let visitRow = -2;
+      for (let k = a; k < b; k++) {
         if (!this.eventPasses(k)) continue;
         selected = true;
-        const pv = pvm[this.NAME[k]!] === 1 ? 1 : 0;
-        this.totals.events++;
-        this.totals.pageviews += pv;
-        if (dims.length === 0) continue;
-        if (!this.needPerEvent && this.lastVisitRow?.stamp === stamp) {
-          this.lastVisitRow.events++;
-          this.lastVisitRow.pageviews += pv;
+        const pv = pvDay[NAME[k]!]!;
+        rows.events[0]!++;
+        rows.pageviews[0]! += pv;
+        if (nd === 0) {
+          if (!needEventCounts) break;
+          continue;
+        }
+        if (this.visitLevelOnly) {
+          if (visitRow === -2) visitRow = this.visitRow(v, dimCodes, dimRemap);
+          if (visitRow >= 0) this.count(visitRow, v, stamp, pv);
+          if (!needEventCounts) break;
           continue;
         }
         let goalDim = -1;
         let ok = true;
-        for (let d = 0; d < dims.length; d++) {
-          const dim = dims[d]!;
+        for (let d = 0; d < nd; d++) {
+          const kind = dimKind[d]!;
           let c: number;
-          if (isVisitLevel(dim)) c = this.visitCode(dim, v);
-          else if (dim === 'goal') {
+          if (kind === 0) c = dimRemap[d]![dimCodes[d]![v]!]!;
+          else if (kind === 1) c = k < dimCodes[d]!.length ? dimRemap[d]![dimCodes[d]![k]!]! : 0;
+          else if (kind === 3) c = dimRemap[d]![slotOf(dimCodes[d]![k]!)]!;
+          else if (kind === 4) c = dimRemap[d]![0]!;
+          else {
             goalDim = d;
             c = 1;
-          } else if (dim === 'page') c = this.PATH[k]!;
-          else if (dim === 'event') c = this.NAME[k]!;
-          else if (dim === 'time:hour') c = hourCodes![hourIndex(hours!.starts, this.T[k]!)]!;
-          else if (dim.startsWith('time:')) c = dayTime;
-          else c = this.EV.get(dim)![k]!;
+          }
           if (c === 0) {
             ok = false;
             break;
@@ -528,89 +562,344 @@ export class QueryRun extends DayScan {
           codes[d] = c;
         }
         if (!ok) continue;
-        if (goalDim < 0) this.count(codes, v, stamp, pv);
-        else {
-          const name = this.NAME[k]!;
-          for (let g = 0; g < this.goalMatchers.length; g++) {
-            const m = this.goalMatchers[g]!;
-            const hit = m.name !== undefined ? m.name === name : pvm[name] === 1 && m.page!.match[this.PATH[k]!] === 1;
-            if (!hit) continue;
-            codes[goalDim] = g + 1;
-            this.count(codes, v, stamp, pv);
-          }
+        if (goalDim < 0) {
+          this.count(this.row(codes), v, stamp, pv);
+          continue;
+        }
+        const name = NAME[k]!;
+        for (let g = 0; g < goalNames.length; g++) {
+          const hit = goalNames[g]! >= 0 ? goalNames[g] === name : pvDay[name] === 1 && goalPaths[g]![this.PATH[k]!] === 1;
+          if (!hit) continue;
+          codes[goalDim] = g + 1;
+          this.count(this.row(codes), v, stamp, pv);
         }
       }
-      if (selected) this.addVisit(this.totals, v);
+      if (selected) this.addVisit(0, v);
     }
   }
 
-  private lastVisitRow: Acc | undefined;
+  // day-level group accumulators (index: the day's code of the one dimension; hour: the hour's index), reused
+  private gVisits = new Float64Array(0);
+  private gPageviews = new Float64Array(0);
+  private gEvents = new Float64Array(0);
+  private gPvOfVisits = new Float64Array(0);
+  private gBounces = new Float64Array(0);
+  private gWithPv = new Float64Array(0);
+  private gDuration = new Float64Array(0);
+  private gLastVisit = new Int32Array(0);
+  private gRow = new Int32Array(0);
+  private gTouched = new Int32Array(0);
+  private gRemapNow: Int32Array = new Int32Array(0);
+  private vPvNow: Int32Array = new Int32Array(0);
+  private vUserNow: Int32Array = new Int32Array(0);
 
-  private count(codes: number[], v: number, stamp: number, pv: number): void {
-    const acc = this.row(codes);
-    acc.events++;
-    acc.pageviews += pv;
-    if (acc.stamp !== stamp) {
-      acc.stamp = stamp;
-      this.addVisit(acc, v);
+  /**
+   * No dimension or one (not goal): each selected visit or event falls in one group of the day, counted in typed
+   * arrays by day code and folded into the rows once at the end of the day.
+   */
+  private addDayGrouped(day: string, dt: DayTable): void {
+    const { V, U, start, firstT, lastT, userHash } = dt.table;
+    const vPv = (this.vPvNow = this.widen(dt.table.pv));
+    const user = (this.vUserNow = this.widen(dt.table.user));
+    const dim = this.dims[0];
+    // kind: 0 none, 1 per visit, 2 per event, 3 hour
+    let kind = 0;
+    let vCodes: Int32Array = new Int32Array(0);
+    let eCodes: Codes | Int32Array = EMPTY;
+    let gRemap: Int32Array = Int32Array.of(0);
+    let hourOfSlot = new Int32Array(0);
+    if (dim === undefined) kind = 0;
+    else if (isVisitLevel(dim)) {
+      kind = 1;
+      vCodes = this.widen(this.visitCodes(dim));
+      gRemap = this.remaps.get(spaceOf(dim))!;
+    } else if (dim === 'time:hour') {
+      kind = 3;
+      eCodes = dt.view.time;
+      const slots = this.hourSlots(day);
+      // slot → hour index (group), and hour index → question code
+      hourOfSlot = new Int32Array(SLOTS);
+      const codes: number[] = [0];
+      for (let s = 0; s < SLOTS; s++) {
+        if (codes[codes.length - 1] !== slots[s]) codes.push(slots[s]!);
+        hourOfSlot[s] = codes.length - 1;
+      }
+      gRemap = Int32Array.from(codes);
+    } else if (dim.startsWith('time:')) {
+      kind = 0;
+      gRemap = Int32Array.of(this.space('time').code(dayBucket(dim as TimeDimension, day)));
+    } else {
+      kind = 2;
+      eCodes = this.eventCodes(spaceOf(dim));
+      gRemap = this.remaps.get(spaceOf(dim))!;
     }
-    this.lastVisitRow = acc;
+    const G = gRemap.length;
+    if (this.gVisits.length < G) {
+      const n = Math.max(G, this.gVisits.length * 2);
+      this.gVisits = new Float64Array(n);
+      this.gPageviews = new Float64Array(n);
+      this.gEvents = new Float64Array(n);
+      this.gPvOfVisits = new Float64Array(n);
+      this.gBounces = new Float64Array(n);
+      this.gWithPv = new Float64Array(n);
+      this.gDuration = new Float64Array(n);
+      this.gLastVisit = new Int32Array(n);
+      this.gRow = new Int32Array(n);
+      this.gTouched = new Int32Array(n);
+    }
+    const { gVisits, gPageviews, gEvents, gPvOfVisits, gBounces, gWithPv, gDuration, gLastVisit, gRow, gTouched } = this;
+    gLastVisit.fill(-1, 0, G);
+    gRow.fill(-1, 0, G);
+    let touched = 0;
+    if (this.seenToday.length < U) this.seenToday = new Uint8Array(Math.max(U, this.seenToday.length * 2));
+    else this.seenToday.fill(0, 0, U);
+    if (this.userRow.length < U) this.userRow = new Int32Array(Math.max(U, this.userRow.length * 2));
+    this.userRow.fill(-1, 0, U);
+    this.gRemapNow = gRemap;
+    const seen = this.seenToday;
+    const needVisitors = this.needVisitors;
+    const rows = this.rows;
+    const total = rows.distinct[0]!;
+    const dayIndex = this.dayIndex;
+    const pass = this.vPass;
+    const pvDay = this.pvDay;
+    const filtered = this.anyEventFilter;
+    const walk = filtered || kind >= 2;
+    if (walk) this.eventColumns();
+    const NAME = this.NAME;
+    const needEventCounts = this.needEventCounts || kind >= 2;
+    const eLen = eCodes.length;
+    let tVisits = 0;
+    let tPageviews = 0;
+    let tEvents = 0;
+    let tPvOfVisits = 0;
+    let tBounces = 0;
+    let tWithPv = 0;
+    let tDuration = 0;
+    for (let v = 0; v < V; v++) {
+      if (pass[v] !== 1) continue;
+      const a = start[v]!;
+      const b = start[v + 1]!;
+      let selEvents = 0;
+      let selPv = 0;
+      if (!walk) {
+        selEvents = b - a;
+        selPv = vPv[v]!;
+      } else {
+        for (let k = a; k < b; k++) {
+          if (filtered && !this.eventPasses(k)) continue;
+          const p = pvDay[NAME[k]!]!;
+          selEvents++;
+          selPv += p;
+          if (kind >= 2) {
+            const g = kind === 2 ? (k < eLen ? eCodes[k]! : 0) : hourOfSlot[slotOf(eCodes[k]!)]!;
+            if (gRemap[g] === 0) continue;
+            if (gEvents[g]!++ === 0) gTouched[touched++] = g;
+            gPageviews[g]! += p;
+            if (gLastVisit[g] === v) continue;
+            gLastVisit[g] = v;
+            this.groupVisit(g, v, dt, dayIndex);
+          } else if (!needEventCounts) break;
+        }
+        if (selEvents === 0) continue;
+      }
+      const pv = vPv[v]!;
+      const dur = lastT[v]! - firstT[v]!;
+      tVisits++;
+      tEvents += selEvents;
+      tPageviews += selPv;
+      tPvOfVisits += pv;
+      if (pv === 1) tBounces++;
+      if (pv >= 1) tWithPv++;
+      tDuration += dur;
+      if (needVisitors) {
+        const u = user[v]!;
+        if (seen[u] === 0) {
+          seen[u] = 1;
+          total.add(userHash[u]!, dayIndex);
+        }
+      }
+      if (kind === 1 || (kind === 0 && G === 1 && gRemap[0] !== 0)) {
+        const g = kind === 1 ? vCodes[v]! : 0;
+        if (gRemap[g] === 0) continue;
+        if (gVisits[g] === 0 && gEvents[g] === 0) gTouched[touched++] = g;
+        gEvents[g]! += selEvents;
+        gPageviews[g]! += selPv;
+        this.groupVisit(g, v, dt, dayIndex);
+      }
+    }
+    rows.visits[0]! += tVisits;
+    rows.pageviews[0]! += tPageviews;
+    rows.events[0]! += tEvents;
+    rows.pvOfVisits[0]! += tPvOfVisits;
+    rows.bounces[0]! += tBounces;
+    rows.withPv[0]! += tWithPv;
+    rows.durationMs[0]! += tDuration;
+    for (let i = 0; i < touched; i++) {
+      const g = gTouched[i]!;
+      const r = this.groupRow(g);
+      rows.visits[r]! += gVisits[g]!;
+      rows.pageviews[r]! += gPageviews[g]!;
+      rows.events[r]! += gEvents[g]!;
+      rows.pvOfVisits[r]! += gPvOfVisits[g]!;
+      rows.bounces[r]! += gBounces[g]!;
+      rows.withPv[r]! += gWithPv[g]!;
+      rows.durationMs[r]! += gDuration[g]!;
+      gVisits[g] = 0;
+      gPageviews[g] = 0;
+      gEvents[g] = 0;
+      gPvOfVisits[g] = 0;
+      gBounces[g] = 0;
+      gWithPv[g] = 0;
+      gDuration[g] = 0;
+    }
   }
 
-  private row(codes: number[]): Acc {
+  /** The row of day group g (its question code gRemap[g]). */
+  private groupRow(g: number): number {
+    let r = this.gRow[g]!;
+    if (r < 0) {
+      this.codes[0] = this.gRemapNow[g]!;
+      this.gRow[g] = r = this.row(this.codes);
+    }
+    return r;
+  }
+
+  /** Visit v counted in day group g: its visit metrics, and its visitor once per group and day. */
+  private groupVisit(g: number, v: number, dt: DayTable, dayIndex: number): void {
+    this.gVisits[g]!++;
+    if (this.needVisitMetrics) {
+      const t = dt.table;
+      const pv = this.vPvNow[v]!;
+      this.gPvOfVisits[g]! += pv;
+      if (pv === 1) this.gBounces[g]!++;
+      if (pv >= 1) this.gWithPv[g]!++;
+      this.gDuration[g]! += t.lastT[v]! - t.firstT[v]!;
+    }
+    if (!this.needVisitors) return;
+    const u = this.vUserNow[v]!;
+    const first = this.userRow[u]!;
+    if (first === g) return;
+    if (first < 0) this.userRow[u] = g;
+    else if (!this.pairs.add(g * dt.table.U + u)) return;
+    let r = this.gRow[g]!;
+    if (r < 0) r = this.groupRow(g);
+    this.rows.distinct[r]!.add(dt.table.userHash[u]!, dayIndex);
+  }
+
+  /** Question code of each 15-minute slot of the day for time:hour. */
+  private hourSlots(day: string): Int32Array {
+    const h = dayHours(day, this.timeZone);
+    const space = this.space('time');
+    const out = new Int32Array(SLOTS);
+    let i = 0;
+    for (let s = 0; s < SLOTS; s++) {
+      const off = SLOT_FROM_MS + s * SLOT_MS;
+      while (i + 1 < h.starts.length && h.starts[i + 1]! <= off) i++;
+      out[s] = space.code(h.labels[i]!);
+    }
+    return out;
+  }
+
+  private visitRow(v: number, dimCodes: Array<Codes | Int32Array>, dimRemap: Int32Array[]): number {
+    const codes = this.codes;
+    for (let d = 0; d < this.dims.length; d++) {
+      const c = dimRemap[d]![dimCodes[d]![v]!]!;
+      if (c === 0) return -1;
+      codes[d] = c;
+    }
+    return this.row(codes);
+  }
+
+  private count(r: number, v: number, stamp: number, pv: number): void {
+    const rows = this.rows;
+    rows.events[r]!++;
+    rows.pageviews[r]! += pv;
+    if (rows.stamp[r] !== stamp) {
+      rows.stamp[r] = stamp;
+      this.addVisit(r, v);
+    }
+  }
+
+  private row(codes: number[]): number {
     const nd = this.dims.length;
-    let key = codes[0]!;
-    if (nd >= 2) {
-      const pairKey = codes[0]! * CODE_BITS + codes[1]!;
-      key = this.pairs.get(pairKey) ?? -1;
-      if (key < 0) this.pairs.set(pairKey, (key = this.pairs.size + 1));
-      if (nd === 3) key = key * CODE_BITS + codes[2]!;
+    if (nd === 1) {
+      const c = codes[0]!;
+      if (c >= this.rowOf.length) {
+        const b = new Int32Array(Math.max(c + 1, this.rowOf.length * 2));
+        b.set(this.rowOf);
+        this.rowOf = b;
+      }
+      let r = this.rowOf[c]!;
+      if (r === 0) this.rowOf[c] = r = this.rows.add([c]);
+      return r;
     }
-    let acc = this.rows.get(key);
-    if (!acc) this.rows.set(key, (acc = new Acc(codes.slice(0, nd))));
-    return acc;
+    const pairKey = codes[0]! * CODE_BITS + codes[1]!;
+    let key = this.pairKeys.get(pairKey) ?? -1;
+    if (key < 0) this.pairKeys.set(pairKey, (key = this.pairKeys.size + 1));
+    if (nd === 3) key = key * CODE_BITS + codes[2]!;
+    let r = this.rowMap.get(key);
+    if (r === undefined) this.rowMap.set(key, (r = this.rows.add(codes.slice(0, nd))));
+    return r;
   }
 
-  private addVisit(acc: Acc, v: number): void {
-    acc.visits++;
-    const pv = this.vPv[v]!;
-    acc.pvOfVisits += pv;
-    if (pv === 1) acc.bounces++;
-    if (pv >= 1) acc.withPv++;
-    acc.durationMs += this.vLastT[v]! - this.vFirstT[v]!;
-    if (this.needVisitors) acc.visitors.add(this.vUserHash[v]!);
+  private addVisit(r: number, v: number): void {
+    const rows = this.rows;
+    const t = this.dt.table;
+    rows.visits[r]!++;
+    const pv = t.pv[v]!;
+    rows.pvOfVisits[r]! += pv;
+    if (pv === 1) rows.bounces[r]!++;
+    if (pv >= 1) rows.withPv[r]!++;
+    rows.durationMs[r]! += t.lastT[v]! - t.firstT[v]!;
+    if (!this.needVisitors) return;
+    const u = t.user[v]!;
+    if (r === 0) {
+      if (this.seenToday[u] === 1) return;
+      this.seenToday[u] = 1;
+    } else {
+      const first = this.userRow[u]!;
+      if (first === r) return;
+      if (first < 0) this.userRow[u] = r;
+      else if (!this.pairs.add(r * t.U + u)) return;
+    }
+    rows.distinct[r]!.add(t.userHash[u]!, this.dayIndex);
   }
 
   /** Visitors of the whole selection (the denominator of conversionRate, from a run without goal filters). */
   totalVisitors(): number {
-    return this.totals.visitors.size;
+    return this.rows.distinct[0]!.count();
   }
 
   finish(baseVisitors = 0): QueryAnswer {
     const metrics = this.q.metrics;
-    const values = (a: Acc): number[] => metrics.map((m) => metricOf(m, a, baseVisitors));
-    const totals = values(this.totals);
+    const rows = this.rows;
+    const visitors = new Map<number, number>();
+    const values = (r: number): number[] => metrics.map((m) => metricOf(m, rows, r, baseVisitors, visitors));
+    const totals = values(0);
     if (this.dims.length === 0) return { results: [{ dimensions: [], metrics: totals }], totals, totalRows: 1 };
     const dimSpaces = this.dims.map((d) => this.space(spaceOf(d)));
-    const accs = [...this.rows.values()];
+    const list: Array<{ codes: number[]; r: number }> = [];
+    for (let r = 1; r < rows.n; r++) list.push({ codes: rows.codes[r]!, r });
     if (this.dims.length === 1 && (this.timeDim || this.dims[0] === 'goal')) {
-      const have = new Set(accs.map((a) => a.codes[0]!));
+      const have = new Set(list.map((a) => a.codes[0]!));
       const all = this.space(this.dims[0] === 'goal' ? 'goal' : 'time');
-      for (const b of (this.timeDim ? rangeBuckets(this.timeDim, this.q.from, this.q.to, this.timeZone) : this.goals.map((g) => g.name))) {
+      for (const b of this.timeDim ? rangeBuckets(this.timeDim, this.q.from, this.q.to, this.timeZone) : this.goals.map((g) => g.name)) {
         const c = all.code(b);
         if (!have.has(c)) {
           have.add(c);
-          accs.push(new Acc([c]));
+          list.push({ codes: [c], r: -1 });
         }
       }
     }
-    let rows: QueryRow[] = accs.map((a) => ({ dimensions: a.codes.map((c, i) => dimSpaces[i]!.values[c]!), metrics: values(a) }));
+    const zero = metrics.map(() => 0);
+    let out: QueryRow[] = list.map((a) => ({ dimensions: a.codes.map((c, i) => dimSpaces[i]!.values[c]!), metrics: a.r < 0 ? zero : values(a.r) }));
     const order = this.q.orderBy.map(([name, dir]) => {
       const mi = metrics.indexOf(name as Metric);
       const di = this.dims.indexOf(name as Dimension);
       return { mi, di, sign: dir === 'desc' ? -1 : 1 };
     });
-    rows.sort((a, b) => {
+    out.sort((a, b) => {
       for (const o of order) {
         const c = o.mi >= 0 ? a.metrics[o.mi]! - b.metrics[o.mi]! : o.di >= 0 ? cmp(a.dimensions[o.di]!, b.dimensions[o.di]!) : 0;
         if (c !== 0) return c * o.sign;
@@ -621,38 +910,43 @@ export class QueryRun extends DayScan {
       }
       return 0;
     });
-    const totalRows = rows.length;
-    rows = rows.slice(this.q.offset, this.q.offset + this.q.limit);
-    return { results: rows, totals, totalRows };
+    const totalRows = out.length;
+    out = out.slice(this.q.offset, this.q.offset + this.q.limit);
+    return { results: out, totals, totalRows };
   }
 }
 
 const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
-function hourIndex(starts: number[], t: number): number {
-  let i = 0;
-  while (i + 1 < starts.length && starts[i + 1]! <= t) i++;
-  return i;
+function slotOf(t: number): number {
+  const s = Math.floor((t - SLOT_FROM_MS) / SLOT_MS);
+  return s < 0 ? 0 : s >= SLOTS ? SLOTS - 1 : s;
 }
 
-function metricOf(m: Metric, a: Acc, baseVisitors: number): number {
+function metricOf(m: Metric, rows: Rows, r: number, baseVisitors: number, cache: Map<number, number>): number {
+  const visitors = (): number => {
+    let x = cache.get(r);
+    if (x === undefined) cache.set(r, (x = rows.distinct[r]!.count()));
+    return x;
+  };
+  const visits = rows.visits[r]!;
   switch (m) {
     case 'visitors':
-      return a.visitors.size;
+      return visitors();
     case 'visits':
-      return a.visits;
+      return visits;
     case 'pageviews':
-      return a.pageviews;
+      return rows.pageviews[r]!;
     case 'events':
-      return a.events;
+      return rows.events[r]!;
     case 'bounceRate':
-      return a.withPv === 0 ? 0 : round1((a.bounces / a.withPv) * 100);
+      return rows.withPv[r] === 0 ? 0 : round1((rows.bounces[r]! / rows.withPv[r]!) * 100);
     case 'viewsPerVisit':
-      return a.visits === 0 ? 0 : round2(a.pvOfVisits / a.visits);
+      return visits === 0 ? 0 : round2(rows.pvOfVisits[r]! / visits);
     case 'visitDuration':
-      return a.visits === 0 ? 0 : Math.round(a.durationMs / a.visits / 1000);
+      return visits === 0 ? 0 : Math.round(rows.durationMs[r]! / visits / 1000);
     case 'conversionRate':
-      return baseVisitors === 0 ? 0 : round1((a.visitors.size / baseVisitors) * 100);
+      return baseVisitors === 0 ? 0 : round1((visitors() / baseVisitors) * 100);
   }
 }
 
@@ -663,57 +957,66 @@ export function baseQuestion(q: Question): Question | undefined {
 }
 
 export class FunnelRun extends DayScan {
-  private readonly steps: Array<{ name?: number; page?: Table }>;
+  private readonly steps: Array<{ name?: string; page?: Table }>;
   private readonly visits: number[];
-  private readonly visitors: Array<Set<number>>;
+  private readonly visitors: Distinct[];
 
   constructor(
     timeZone: string,
     private readonly q: FunnelQuestion,
   ) {
-    super(timeZone, q.filters);
+    super(q.filters);
+    void timeZone;
     this.needVisitors = true;
     this.steps = q.steps.map((s) => {
-      if (s.event !== undefined) return { name: this.space('name').code(s.event) };
-      this.needPath = true;
+      if (s.event !== undefined) return { name: s.event };
+      this.needed.add('path');
       return { page: this.space('path').table(pagePattern(s.page ?? ''), false) };
     });
     this.visits = q.steps.map(() => 0);
-    this.visitors = q.steps.map(() => new Set<number>());
+    this.visitors = q.steps.map(() => new Distinct());
   }
 
-  addDay(day: string, segs: readonly SegmentView[]): void {
-    if (day < this.q.from || day > this.q.to) return;
-    if (!this.load(day, segs)) return;
-    this.groupVisits();
-    const { V, ORDER, vStart, T, NAME, PATH, steps } = this;
-    const pvm = this.pvTable.match;
+  /** Only visits with an event matching the first step can reach any step. */
+  protected override candidates(): Array<[Codes, Uint8Array]> {
+    const first = this.steps[0]!;
+    const view = this.dt.view;
+    if (first.page) return [[view.column('path'), compose(first.page, this.remaps.get('path')!)]];
+    const names = view.dict('name');
+    const m = new Uint8Array(names.length + 1);
+    const c = names.indexOf(first.name!) + 1;
+    if (c > 0) m[c] = 1;
+    return [[view.column('name'), m]];
+  }
+
+  addDay(day: string, dt: DayTable | undefined): void {
+    if (day < this.q.from || day > this.q.to || !dt) return;
+    if (!this.load(dt)) return;
+    this.eventColumns();
+    const { V, U, start, userHash } = dt.table;
+    const user = this.widen(dt.table.user);
+    const names = dt.view.dict('name');
+    const ns = this.steps.length;
+    // per step: the day code of its event name (−1: none today), or 0 and its page table over the day's paths
+    const stepName = Int32Array.from(this.steps, (s) => (s.name !== undefined ? names.indexOf(s.name) + 1 || -1 : 0));
+    const stepPath = this.steps.map((s) => (s.page ? compose(s.page, this.remaps.get('path')!) : new Uint8Array(0)));
+    const { NAME, PATH, pvDay, vPass, pairs, visits, visitors, dayIndex } = this;
     for (let v = 0; v < V; v++) {
-      if (this.vPass[v] !== 1) continue;
-      const a = vStart[v]!;
-      const b = vStart[v + 1]!;
-      // by time, then log order: an insertion sort (a visit's events come mostly in time order already)
-      for (let j = a + 1; j < b; j++) {
-        const k = ORDER[j]!;
-        const t = T[k]!;
-        let i = j - 1;
-        while (i >= a && T[ORDER[i]!]! > t) {
-          ORDER[i + 1] = ORDER[i]!;
-          i--;
-        }
-        ORDER[i + 1] = k;
-      }
+      if (vPass[v] !== 1) continue;
+      const b = start[v + 1]!;
       let s = 0;
-      for (let j = a; j < b && s < steps.length; j++) {
-        const k = ORDER[j]!;
-        const st = steps[s]!;
+      let sn = stepName[0]!;
+      let sp = stepPath[0]!;
+      // the day table keeps a visit's events by time, then log order
+      for (let k = start[v]!; k < b; k++) {
         const name = NAME[k]!;
-        const hit = st.name !== undefined ? st.name === name : pvm[name] === 1 && st.page!.match[PATH[k]!] === 1;
-        if (hit) {
-          this.visits[s]!++;
-          this.visitors[s]!.add(this.vUserHash[v]!);
-          s++;
-        }
+        if (sn !== 0 ? sn !== name : pvDay[name] !== 1 || sp[PATH[k]!] !== 1) continue;
+        visits[s]!++;
+        const u = user[v]!;
+        if (pairs.add(s * U + u)) visitors[s]!.add(userHash[u]!, dayIndex);
+        if (++s === ns) break;
+        sn = stepName[s]!;
+        sp = stepPath[s]!;
       }
     }
   }
@@ -723,7 +1026,7 @@ export class FunnelRun extends DayScan {
     return this.q.steps.map((st, i) => ({
       label: st.label,
       visits: this.visits[i]!,
-      visitors: this.visitors[i]!.size,
+      visitors: this.visitors[i]!.count(),
       conversionRate: first === 0 ? 0 : round1((this.visits[i]! / first) * 100),
       dropoff: i === 0 ? 0 : this.visits[i - 1]! - this.visits[i]!,
     }));
