@@ -15,8 +15,13 @@ import { crc, type ColumnStore } from '../store/column-store.ts';
  * whose write is under way, and open segments, yielding to the event loop between slices.
  */
 
-/** Open events across all project-days before a flush: bounds the heap (~40 B an event open) to ~40 MiB. */
+/** Open events across all project-days before a flush: bounds the heap (~40 B an event of a busy day) to ~40 MiB. */
 export const OPEN_EVENTS_BOUND = 1_000_000;
+/**
+ * Open project-days before a flush: an open segment costs ~9 KiB before its first hundred events (its columns,
+ * dictionaries and visit numbering), so a replay over thousands of small projects seals at ~180 MiB, not at 1M events.
+ */
+export const OPEN_DAYS_BOUND = 20_000;
 /** Open segments are sealed this often: a restart replays at most this much of the log. */
 export const COLUMN_FLUSH_MS = 60_000;
 /** A question yields to the event loop after this much work, so a request never waits behind it longer. */
@@ -64,6 +69,7 @@ export class ColumnProjection implements QueryEngine {
   /** sealed segments whose write has not committed yet (questions read them from here meanwhile) */
   private readonly pending = new Map<string, Pending[]>();
   private openEvents = 0;
+  private openDays = 0;
   private foldedSeq: number;
   private flushing: Promise<void> | undefined;
   /** heap-merged day tables of sealed days, by day key, with the segment numbers they merge (most recent last) */
@@ -89,13 +95,16 @@ export class ColumnProjection implements QueryEngine {
       const seq = firstSeq + i;
       const d = this.dayState(r.p, r.day);
       if (seq <= d.ids.coveredSeq) continue; // already in a sealed segment (replay after a bound flush, rebuild)
-      if (!d.open) d.open = new SegmentBuilder(utcMidnight(r.day), d.ids);
+      if (!d.open) {
+        d.open = new SegmentBuilder(utcMidnight(r.day), d.ids);
+        this.openDays++;
+      }
       d.open.append(seq, r);
       d.touched = true;
       this.openEvents++;
     }
     if (records.length > 0) this.foldedSeq = Math.max(this.foldedSeq, firstSeq + records.length - 1);
-    if (this.openEvents >= OPEN_EVENTS_BOUND && !this.flushing) void this.flush().catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`));
+    if (this.full() && !this.flushing) void this.flush().catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`));
   }
 
   /** A replay consumer (recovery.ts): folds one record, and seals the open segments when they reach their bound. */
@@ -106,7 +115,7 @@ export class ColumnProjection implements QueryEngine {
       fold: (seq, record) => {
         one[0] = record;
         this.fold(seq, one);
-        return this.openEvents >= OPEN_EVENTS_BOUND ? this.flush() : undefined;
+        return this.full() ? this.flush() : undefined;
       },
     };
   }
@@ -119,7 +128,7 @@ export class ColumnProjection implements QueryEngine {
       one[0] = record;
       this.fold(seq, one);
       n++;
-      if (this.openEvents >= OPEN_EVENTS_BOUND) await this.flush();
+      if (this.full()) await this.flush();
     }
     return n;
   }
@@ -169,6 +178,7 @@ export class ColumnProjection implements QueryEngine {
     }
     for (const list of this.pending.values()) writes.push(...list);
     this.openEvents = 0;
+    this.openDays = 0;
     const marker = this.foldedSeq;
     if (writes.length > 0 || marker > this.store.marker()) {
       await this.store.write(writes, marker);
@@ -218,6 +228,7 @@ export class ColumnProjection implements QueryEngine {
     for (const [k, d] of this.days) {
       if (d.projectId !== projectId) continue;
       this.openEvents -= d.open?.n ?? 0;
+      if (d.open) this.openDays--;
       this.days.delete(k);
     }
     for (const k of [...this.pending.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.pending.delete(k);
@@ -296,6 +307,11 @@ export class ColumnProjection implements QueryEngine {
   }
 
   /** Open events now (operator view, tests). */
+  /** The open segments reached a bound: seal them. */
+  private full(): boolean {
+    return this.openEvents >= OPEN_EVENTS_BOUND || this.openDays >= OPEN_DAYS_BOUND;
+  }
+
   openCount(): number {
     return this.openEvents;
   }

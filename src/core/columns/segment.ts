@@ -54,8 +54,9 @@ export function propString(v: Scalar): string {
   return v === null ? 'null' : typeof v === 'string' ? v : String(v);
 }
 
-/** First capacity of an open segment's arrays; they double as events arrive. */
-const INITIAL_CAPACITY = 256;
+/** First capacity of an open segment's arrays, doubled as events arrive: most project-days of a free-tier host hold a few events, and
+ * thousands of them are open between two flushes (256 cost ~15 KiB each, 8 about 1 KiB). */
+const INITIAL_CAPACITY = 8;
 
 class Interner {
   readonly map = new Map<string, number>();
