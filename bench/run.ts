@@ -144,7 +144,6 @@ async function main(): Promise<void> {
     const rows = buildRows(ingest, state, enrich, trackerGzip, pipeline);
     if (growth) rows.push(...growthRows(growth, GROWTH));
     rows.push(...questionRows(questions, qp));
-    notes.push('questions: DuckDB comparison not run (needs the dev dependency @duckdb/node-api)');
     for (const r of [ingest.serviceSingle, ingest.serviceSingleNoUa, ingest.serviceBatch, ingest.lmdbSingle, ingest.bareSingle]) {
       if (r.errors) notes.push(`${r.name}: some answers were not 200, e.g. ${r.errors}`);
     }
