@@ -8,6 +8,7 @@ import { ColumnProjection } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/column-store.ts';
 import type { Row } from './report.ts';
 import { benchQuestions, closeDuckDb, duckdbAnswer, loadDuckDb } from './duckdb-questions.ts';
+import { rng } from './lib/seeded-random.ts';
 
 /**
  * The column store's questions (issue "Ask anything", Q1–Q6), in-process: generated events are folded into a
@@ -28,16 +29,6 @@ export const QUESTIONS_FULL: QuestionParams = { events: 10_000_000, days: 30, it
 const EVENTS_PER_VISIT = 5;
 const CHUNK = 500;
 const DAY_MS = 86_400_000;
-
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const COUNTRIES = ['US', 'DE', 'FR', 'GB', 'IN', 'BR', 'JP', 'CA', 'NL', 'ES', 'IT', 'PL', 'SE', 'AU', 'MX', 'KR', 'CH', 'AT', 'BE', 'DK'];
 const SOURCES = ['Direct', 'Google', 'Bing', 'DuckDuckGo', 'Twitter', 'Facebook', 'LinkedIn', 'Reddit', 'Hacker News', 'GitHub', ...Array.from({ length: 20 }, (_, i) => `site${i}.example`)];

@@ -9,6 +9,7 @@ import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts'
 import type { StoredEvent } from '../src/core/types.ts';
 import { ColumnProjection } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/column-store.ts';
+import { rng } from '../bench/lib/seeded-random.ts';
 
 /**
  * A closed day's segments merged into one stored segment with its visit table (and a late event after the merge)
@@ -19,16 +20,6 @@ import { ColumnStore } from '../src/store/column-store.ts';
 const DAY_MS = 86_400_000;
 const START = Date.UTC(2026, 9, 1);
 const GOALS: Goal[] = [{ id: 'g', name: 'Pricing', page: '/pricing', createdAt: 0 }];
-
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Three days of visits whose events arrive interleaved and out of time order. */
 function events(): StoredEvent[] {

@@ -8,6 +8,7 @@ import type { FunnelQuestion, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { ColumnProjection } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/column-store.ts';
+import { rng } from '../bench/lib/seeded-random.ts';
 
 /**
  * The bench's DuckDB reference (bench/duckdb-questions.ts) against the column store: the same generated events go
@@ -21,16 +22,6 @@ const DAYS = 10;
 const CHUNK = 500;
 const DAY_MS = 86_400_000;
 const END = Date.UTC(2026, 10, 1);
-
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const COUNTRIES = ['US', 'DE', 'FR', 'GB', 'IN', 'BR', ''];
 const SOURCES = ['Direct', 'Google', 'Bing', 'Hacker News', 'site1.example', 'site2.example'];

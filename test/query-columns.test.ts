@@ -10,6 +10,7 @@ import type { LmdbBackend } from '../src/engine/lmdb-backend.ts';
 import { rebuild } from '../src/engine/maintenance.ts';
 import { ColumnStore } from '../src/store/column-store.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
+import { rng } from '../bench/lib/seeded-random.ts';
 
 /**
  * The column store against a SQLite reference: generated events go in over HTTP (real enrichment, a project in
@@ -23,16 +24,6 @@ const EVENTS = 5000;
 const SESSIONS = 500;
 const BATCH = 250;
 const DAY_MS = 86_400_000;
-
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const AGENTS: Array<[string, string, string]> = [
   ['Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36', 'Chrome', 'Windows'],

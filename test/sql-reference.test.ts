@@ -6,6 +6,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { testClock } from './contract-helpers.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
+import { rng } from '../bench/lib/seeded-random.ts';
 
 /**
  * 20,000 generated events over five days go in over HTTP; the same events go into SQLite, and every figure of
@@ -15,17 +16,6 @@ import { api, createProject, startTestService, type TestService } from './helper
 const EVENTS = 20_000;
 const DAYS = 5;
 const DAY_MS = 86_400_000;
-
-/** Deterministic generator (mulberry32) so a failure reproduces. */
-function rng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Each batch goes with one User-Agent; the names are the parser's (as asserted in enrich.test.ts), curl names none. */
 const AGENTS: Array<[string, string, string]> = [

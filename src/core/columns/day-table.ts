@@ -7,7 +7,7 @@
  */
 
 import { hash53 } from '../hash.ts';
-import { VALUE_COLUMNS, type Codes, type PropColumn, type SegmentView, type ValueColumn } from './segment.ts';
+import { Interner, VALUE_COLUMNS, type Codes, type PropColumn, type SegmentView, type ValueColumn } from './segment.ts';
 
 /** Value columns a visit takes from its first event (CONTRACT.md: visit-level dimensions). */
 export const VISIT_VALUE_COLUMNS = ['source', 'utmMedium', 'utmCampaign', 'country', 'device', 'browser', 'os'] as const;
@@ -37,20 +37,6 @@ export interface VisitTable {
 export interface DayTable {
   readonly view: SegmentView;
   readonly table: VisitTable;
-}
-
-class Interner {
-  readonly map = new Map<string, number>();
-  readonly values: string[] = [];
-  code(s: string): number {
-    let c = this.map.get(s);
-    if (c === undefined) {
-      this.values.push(s);
-      c = this.values.length;
-      this.map.set(s, c);
-    }
-    return c;
-  }
 }
 
 function remapDict(dict: readonly string[] | undefined, into: Interner): Int32Array {

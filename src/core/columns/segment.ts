@@ -58,7 +58,8 @@ export function propString(v: Scalar): string {
  * thousands of them are open between two flushes (256 cost ~15 KiB each, 8 about 1 KiB). */
 const INITIAL_CAPACITY = 8;
 
-class Interner {
+/** Dictionary codes of one column: 1-based in first-seen order (0 is no value). */
+export class Interner {
   readonly map = new Map<string, number>();
   readonly values: string[] = [];
   /** code of `s` (1-based; 0 is no value) */
