@@ -21,8 +21,9 @@ import { clusterNodeEnv, comparable, startNatsCluster, waitForValue, type NatsCl
 const DAY = '2026-11-20';
 const NOW = Date.parse(`${DAY}T23:00:00Z`);
 const at = (hhmm: string) => Date.parse(`${DAY}T${hhmm}:00Z`);
-/** Takeover after a graceful stop, then hand-back to the restarted preferred owner (SETTLE_MS 2 s + catch-up). */
-const MOVE_DEADLINE_MS = 15_000;
+/** Takeover after a graceful stop, then hand-back to the restarted preferred owner (SETTLE_MS 2 s + catch-up; a loaded
+ * 2-core machine running other cluster tests beside this one took over 15 s). */
+const MOVE_DEADLINE_MS = 30_000;
 
 let cluster: NatsCluster;
 const dirs: string[] = [];
