@@ -1,3 +1,5 @@
+// This file is long because it is the page's one life cycle: sign-in, the shell, loading and drawing a view, and the
+// filter and funnel actions that change it.
 import './style.css';
 import 'uplot/dist/uPlot.min.css';
 import { describe, get, listProjects, type Metrics, type Project, type Refusal } from './api.ts';
@@ -18,8 +20,7 @@ import { cards, dailyTable, liveTile, noun, recent, tiles } from './view.ts';
 /**
  * The dashboard: sign in with a key, pick a project (admin keys), a range and filters, show the figures for them
  * (figures.ts). The key lives in sessionStorage (this tab only) and leaves the page only in Authorization headers;
- * the view lives in the address (state.ts). This file is long because it is the page's one life cycle: sign-in,
- * the shell, loading and drawing a view, and the filter and funnel actions that change it.
+ * the view lives in the address (state.ts).
  */
 
 /** After "service not reachable", the first retry comes this soon, doubling up to the cap. */

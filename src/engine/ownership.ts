@@ -1,3 +1,5 @@
+// This file is long because the lease protocol (heartbeat, claim, renew, hand over, fence) is one state machine whose
+// steps must be read together to see that it is safe.
 import { randomBytes } from 'node:crypto';
 import { preferredOwner } from '../core/hrw.ts';
 import { NODE_ID_PATTERN, type LeaseStore, type MemberInfo, type OwnersChange, type PartLease, type ReadyMark } from '../store/lease-store.ts';
@@ -6,8 +8,7 @@ import { NODE_ID_PATTERN, type LeaseStore, type MemberInfo, type OwnersChange, t
  * Partition leases (CLUSTER.md §6). Every node runs one `Ownership`: it heartbeats `member.<id>`, watches the owners
  * bucket, and every EVAL_MS decides, with `decide()` (pure, unit-tested with an injected clock), what to renew, claim,
  * hand over or release. The engine learns the outcome through `onGain` / `onLose` / `onStandby` and asks `serves(n)`
- * before answering each read. This file is long because the lease protocol (heartbeat, claim, renew, hand over,
- * fence) is one state machine whose steps must be read together to see that it is safe.
+ * before answering each read.
  *
  * Safety does not rest on clocks agreeing: liveness is "this key's revision has not changed for LEASE_MS on my own
  * monotonic clock", every change of a lease is a compare-and-set at the revision the writer saw, and an owner serves

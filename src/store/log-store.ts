@@ -1,3 +1,5 @@
+// This file is long because the log's append, verified read, retention and erasure share one environment handle that a
+// compaction swaps; its entry format and dictionaries already live apart (dict-lz.ts).
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
@@ -12,8 +14,7 @@ import type { Goal } from '../core/query/types.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
- * that imports lmdb. This file is long because the log's append, verified read, retention and erasure share one
- * environment handle that a compaction swaps; its entry format and dictionaries already live apart (dict-lz.ts).
+ * that imports lmdb.
  *
  * The log is keyed by an increasing integer sequence, so LMDB's key order is log order and a replay is one range
  * scan. Writes are asynchronous and lmdb-js groups every write of one event-loop turn into one transaction, so

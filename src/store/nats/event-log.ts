@@ -1,3 +1,4 @@
+// This file is long because publishing, reading and following one stream share its consumer and retry rules.
 import { createHash, randomBytes } from 'node:crypto';
 import { DeliverPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
@@ -11,7 +12,6 @@ import { eventSubject, type ResourceNames } from './resources.ts';
  * batch id: a transport retry under the same id is stored once) and `Analytics-Format: 1`. Readers and followers
  * use ordered consumers (ephemeral, no acks) pulling by bytes; a follower has a watchdog, because ordered consumers
  * of the v3 client do not always recover by themselves after a server loss on nats-server 2.9.10 (§13.9).
- * This file is long because publishing, reading and following one stream share its consumer and retry rules.
  */
 
 /** Header naming the body's encoding: 1 = JSON array of LogRecords. Another encoding would come behind a new value. */
