@@ -259,7 +259,8 @@ test('changing the range (by keyboard) refetches, and a custom range shows exact
   await page.getByLabel('From', { exact: true }).fill('2026-11-01');
   await page.getByLabel('To', { exact: true }).fill('2026-11-05');
   await page.getByLabel('To', { exact: true }).press('Enter');
-  await page.locator('#context', { hasText: /Nov 1/ }).waitFor({ timeout: WAIT_MS });
+  // The context line starts with the range shown ("Nov 1 – 5, 2026"); /Nov 1/ alone would match the 7 days' "Nov 14".
+  await page.locator('#context', { hasText: /^Nov 1\D/ }).waitFor({ timeout: WAIT_MS });
   asked = await lastMetrics(requests);
   assert.deepEqual([asked.searchParams.get('from'), asked.searchParams.get('to')], ['2026-11-01', '2026-11-05']);
   const m = await metrics(site.keys.secret, asked.searchParams.toString());
