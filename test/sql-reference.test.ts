@@ -142,7 +142,7 @@ function load(file: string, rows: Row[]): void {
   const csvFile = `${file}.csv`;
   writeFileSync(csvFile, `${csv}\n`);
   execFileSync('sqlite3', [file], {
-    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, ts INTEGER, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT, browser TEXT, os TEXT, medium TEXT, campaign TEXT, value REAL, currency TEXT, plan TEXT, seats TEXT);\n.mode csv\n.import ${csvFile} e\n`,
+    input: `CREATE TABLE e(seq INTEGER PRIMARY KEY, ts INTEGER, day TEXT, event TEXT, path TEXT, session TEXT, user TEXT, source TEXT, country TEXT, device TEXT, browser TEXT, os TEXT, medium TEXT, campaign TEXT, value REAL, currency TEXT, plan TEXT, seats TEXT);\n.mode csv\n.import ${csvFile} e\nCREATE INDEX e_day ON e(day, session);\n`,
   });
 }
 
@@ -177,7 +177,17 @@ function breakdown(query: string, file = db): Record<string, number> {
   return Object.fromEntries(sql<{ k: string; n: number }>(query, file).map((r) => [r.k, r.n]));
 }
 
-function expected(from: string, to: string, file = db) {
+/** Answers already computed, by file and range: the daily series and comparisons ask for the same days again. */
+const answered = new Map<string, ReturnType<typeof computeExpected>>();
+
+function expected(from: string, to: string, file = db): ReturnType<typeof computeExpected> {
+  const range = `${file}|${from}|${to}`;
+  let e = answered.get(range);
+  if (!e) answered.set(range, (e = computeExpected(from, to, file)));
+  return structuredClone(e);
+}
+
+function computeExpected(from: string, to: string, file: string) {
   const w = `day BETWEEN '${from}' AND '${to}'`;
   const one = <T>(q: string) => sql<T>(q, file)[0]!;
   // A visit's visitor: the user of its earliest event (equal times: the lowest seq).
