@@ -3,10 +3,9 @@ import type { Config } from './config.ts';
 import { Engine } from './engine/engine.ts';
 import { startGrpcServer, type RunningGrpc } from './grpc/server.ts';
 import { isDashboardPath, serveDashboard } from './dashboard/serve.ts';
-import { ClusterBackend } from './engine/cluster-backend.ts';
 import { LmdbBackend } from './engine/lmdb-backend.ts';
 import { HttpFace } from './http/server.ts';
-import { serveMcp } from './mcp/http-endpoint.ts';
+import type { McpRequest } from './mcp/http-endpoint.ts';
 import { OperatorMetrics } from './engine/operator-metrics.ts';
 import { startMetricsServer } from './http/metrics-server.ts';
 
@@ -50,6 +49,16 @@ export interface ServiceOptions {
   connections?: { handshakeMs?: number; maxConnections?: number; maxConnectionsPerIp?: number };
 }
 
+/**
+ * The MCP face and the NATS client load when first needed: together they are about a third of the modules a start
+ * reads, and most nodes serve neither an agent nor a cluster.
+ */
+let mcpFace: Promise<typeof import('./mcp/http-endpoint.ts')> | undefined;
+function serveMcpLazily(r: McpRequest): Promise<void> {
+  mcpFace ??= import('./mcp/http-endpoint.ts');
+  return mcpFace.then((m) => m.serveMcp(r));
+}
+
 export async function startService(config: Readonly<Config>, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? (config.quiet ? () => {} : (line: string) => console.log(line));
   const ops = config.metricsPort === undefined ? undefined : new OperatorMetrics();
@@ -62,7 +71,9 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     // The one place the mode is chosen: a single node on LMDB, or a node of a NATS JetStream cluster.
     openBackend: ({ now, log: say, ops: o }: { now: () => number; log: (line: string) => void; ops: OperatorMetrics | undefined }) =>
       config.cluster !== undefined
-        ? ClusterBackend.open(config, config.cluster, { now, log: say, version: VERSION, tag: opts.cluster?.tag })
+        ? import('./engine/cluster-backend.ts').then(({ ClusterBackend }) =>
+            ClusterBackend.open(config, config.cluster!, { now, log: say, version: VERSION, tag: opts.cluster?.tag }),
+          )
         : LmdbBackend.open(config, now, say, o),
   };
   const engine = await Engine.open(engineOpts);
@@ -73,7 +84,7 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     trustProxy: config.trustProxy,
     ops,
     // the other faces on the HTTP port: the service composes them, so no face imports another
-    mcp: serveMcp,
+    mcp: serveMcpLazily,
     pages: { owns: isDashboardPath, serve: serveDashboard },
     ...(c.handshakeMs !== undefined ? { headersTimeoutMs: c.handshakeMs } : {}),
     ...(c.maxConnections !== undefined ? { maxConnections: c.maxConnections } : {}),
