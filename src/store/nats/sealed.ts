@@ -7,7 +7,7 @@ import { open, type Database, type RootDatabase } from 'lmdb';
 import type { RangePart } from '../../core/day-view.ts';
 import { SEALED_VERSION, type SealedDay, type SealedMonth } from '../../core/sealed-day.ts';
 import type { SealedLookup, SealedSegment } from '../../core/sealed-source.ts';
-import { SealedStore, UnsealableDays, unsealableKey, type SealedWrite } from '../sealed-store.ts';
+import { SealedStore, UnsealableDays, unsealableKey, type SealedWrite } from '../lmdb/sealed-store.ts';
 import { idOfToken, idToken } from './catalog.ts';
 import { KvMirror } from './kv-mirror.ts';
 import { MAX_MESSAGE_BYTES } from './resources.ts';

@@ -1,4 +1,4 @@
-import type { Catalog } from './seams.ts';
+import type { Catalog } from '../seams.ts';
 import type { KeyRecord, LogStore, ProjectRecord } from './log-store.ts';
 
 /**

@@ -4,13 +4,13 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import type { ErasedRecord, LogRecord } from '../core/types.ts';
+import type { ErasedRecord, LogRecord } from '../../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
-import { holdDataDir, releaseDataDir } from './data-dir-lock.ts';
+import { holdDataDir, releaseDataDir } from '../files/data-dir-lock.ts';
 import { HistoryIds } from './history-ids.ts';
 import { RememberedIds, type IdKey, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
-import type { Goal } from '../core/query/types.ts';
+import type { Goal } from '../../core/query/types.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
