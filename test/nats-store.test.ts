@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
-import type { KeyRecord, ProjectRecord } from '../src/store/lmdb/log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../src/store/records.ts';
 import { KvCatalog } from '../src/store/nats/catalog.ts';
 import { KvErasures } from '../src/store/nats/erasures.ts';
 import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';

@@ -4,13 +4,13 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import type { ErasedRecord, LogRecord } from '../../core/types.ts';
+import type { LogRecord } from '../../core/types.ts';
 import { compress, crc32Of, decompress, Dictionary, MAX_DICTIONARY } from './dict-lz.ts';
 import { holdDataDir, releaseDataDir } from '../files/data-dir-lock.ts';
 import { HistoryIds } from './history-ids.ts';
 import { RememberedIds, type IdKey, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
-import type { Goal } from '../../core/query/types.ts';
+import { ERASED, type KeyRecord, type ProjectRecord, type Salt } from '../records.ts';
 
 /**
  * The LMDB environment: the event log (the truth), projects, key hashes and salts. This folder is the only code
@@ -22,47 +22,6 @@ import type { Goal } from '../../core/query/types.ts';
  */
 
 export type Durability = 'flush' | 'commit';
-
-export interface ProjectRecord {
-  id: string;
-  name: string;
-  ownerId: string;
-  allowedOrigins: string[];
-  allowedReferrers: string[];
-  timezone: string;
-  monthlyQuota: number;
-  createdAt: number;
-  /** per-project token-bucket overrides (requests/s and burst); absent = service defaults */
-  rate?: { perKey?: number; burstPerKey?: number; perIp?: number; burstPerIp?: number };
-  /** eventParams keys counted per value (PATCH or create) */
-  trackedProps?: string[];
-  /** the project's goals (POST /projects/{id}/goals), kept with the project so both catalogs store them and a delete erases them */
-  goals?: Goal[];
-}
-
-export type KeyKind = 'admin' | 'secret' | 'publishable' | 'read';
-
-export interface KeyRecord {
-  kind: KeyKind;
-  /** absent for admin keys */
-  projectId?: string;
-  ownerId: string;
-  createdAt: number;
-  /** public id of the key (`key_...`); keys stored before ids existed get one derived from their hash */
-  id?: string;
-  /** `sk_…abcd`: the prefix and last four characters, to tell keys apart in a list */
-  hint?: string;
-  /** ms since epoch after which the key answers 401; absent = never */
-  expiresAt?: number;
-}
-
-/** A log entry whose event was erased (its project was deleted): it keeps the sequence, not the data. */
-export const ERASED: ErasedRecord = { t: 'x' };
-
-export interface Salt {
-  day: string;
-  key: string;
-}
 
 /** 1 TiB of address space: LMDB maps lazily, so this costs nothing until used and never needs a resize. */
 const MAP_SIZE = 2 ** 40;
