@@ -3,7 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { StoredEvent } from '../src/core/types.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 
 /**
  * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fromSnapshot, toSnapshot } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply, dropSealed, takeSealQueue } from '../src/core/state.ts';
-import { SnapshotFiles } from '../src/store/snapshot-files.ts';
+import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
 import { traffic } from './growth/traffic.ts';
 
 /**

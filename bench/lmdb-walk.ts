@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { StoredEvent } from '../src/core/types.ts';
-import { walkEnvironment } from '../src/store/lmdb-probe.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { walkEnvironment } from '../src/store/lmdb/lmdb-probe.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 
 /**
- * `npx tsx bench/lmdb-walk.ts [events]`: what the startup walk of analytics.lmdb (src/store/lmdb-walk.mjs) costs.
+ * `npx tsx bench/lmdb-walk.ts [events]`: what the startup walk of analytics.lmdb (src/store/lmdb/lmdb-walk.mjs) costs.
  * Fills a log with `events` events with eventIds (remembered with them, as the service writes them), then times the
  * walk in its child process, whole and sampled only (budget 0), the file in the page cache. Not part of `npm run bench`.
  */

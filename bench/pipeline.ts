@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { AnalyticsState, apply } from '../src/core/state.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { classifySource } from '../src/enrich/index.ts';
 import { TRACKED_PROPS, wireEvents } from './state/generate-events.ts';

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { StoredEvent } from '../src/core/types.ts';
 import { ColumnProjection } from '../src/engine/column-projection.ts';
-import { ColumnStore } from '../src/store/column-store.ts';
+import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import type { Row } from './report.ts';
 import { benchQuestions, closeDuckDb, duckdbAnswer, loadDuckDb } from './duckdb-questions.ts';
 import { rng } from './lib/seeded-random.ts';

@@ -1,7 +1,7 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { startService } from './service.ts';
-import { DataDirHeld } from './store/data-dir-lock.ts';
-import { StoreRefused } from './store/lmdb-probe.ts';
+import { DataDirHeld } from './store/files/data-dir-lock.ts';
+import { StoreRefused } from './store/lmdb/lmdb-probe.ts';
 
 /** How often a service started by npm checks that its parent is still there: a stop is noticed within this long. */
 const PARENT_CHECK_MS = 250;

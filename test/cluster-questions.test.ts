@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
 import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
 import { startService, type RunningService } from '../src/service.ts';
-import { ColumnStore } from '../src/store/column-store.ts';
+import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject } from './helpers.ts';
 import { clusterNodeEnv, comparable, startNatsCluster, waitForValue, type NatsCluster } from './nats-cluster.ts';
 

@@ -8,7 +8,7 @@ import { hash53 } from '../src/core/hash.ts';
 import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { ColumnProjection } from '../src/engine/column-projection.ts';
-import { ColumnStore } from '../src/store/column-store.ts';
+import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 
 /**

@@ -9,7 +9,7 @@ import { metrics } from '../src/core/metrics.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply, applyOnce, pruneEventIds, rememberedIdCount } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { SnapshotFiles } from '../src/store/snapshot-files.ts';
+import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
 
 /**
  * Cluster mode folds every copy of an event that reached the stream (a client retry through another node, a replay):

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { askHolder, DataDirHeld, holdDataDir, HOLDER_FILE, releaseDataDir } from '../src/store/data-dir-lock.ts';
+import { askHolder, DataDirHeld, holdDataDir, HOLDER_FILE, releaseDataDir } from '../src/store/files/data-dir-lock.ts';
 import { api, createProject } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
 

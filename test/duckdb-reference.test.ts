@@ -7,7 +7,7 @@ import { BENCH_PROJECT, benchQuestions, closeDuckDb, duckdbAnswer, loadDuckDb, t
 import type { FunnelQuestion, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { ColumnProjection } from '../src/engine/column-projection.ts';
-import { ColumnStore } from '../src/store/column-store.ts';
+import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 
 /**

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import type { StoredEvent } from '../src/core/types.ts';
 import { EXPORT_CHUNK_EVENTS, exportEvents } from '../src/engine/history-export.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 
 const DAY_MS = 86_400_000;
 const START = Date.UTC(2020, 0, 1);

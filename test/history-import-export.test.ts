@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { check, rebuild } from '../src/engine/maintenance.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { api, createProject, startTestService, todayUtc, type TestService } from './helpers.ts';
 
 const BIN = fileURLToPath(new URL('../bin/analytics.js', import.meta.url));

@@ -14,8 +14,8 @@ import { RecentRing, type RingEntry } from '../src/core/recent-ring.ts';
 import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { SnapshotFiles } from '../src/store/snapshot-files.ts';
-import { frameHeader, MAGIC_V2 } from '../src/store/snapshot-format.ts';
+import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
+import { frameHeader, MAGIC_V2 } from '../src/store/files/snapshot-format.ts';
 import { referenceMetrics } from './reference-model.ts';
 
 /**

@@ -7,8 +7,8 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import type { LogRecord } from '../src/core/types.ts';
 import { check, rawEvents, rebuild } from '../src/engine/maintenance.ts';
-import { compress, CorruptStream, decompress, Dictionary, MAX_DICTIONARY } from '../src/store/dict-lz.ts';
-import { LogDamage, LogStore } from '../src/store/log-store.ts';
+import { compress, CorruptStream, decompress, Dictionary, MAX_DICTIONARY } from '../src/store/lmdb/dict-lz.ts';
+import { LogDamage, LogStore } from '../src/store/lmdb/log-store.ts';
 
 /**
  * Log format 4 (issue 18, disk): entries compressed against dictionaries built from the log's own records, with the

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import type { LogRecord } from '../src/core/types.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { testClock } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 

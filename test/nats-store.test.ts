@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { Kvm } from '@nats-io/kv';
-import type { KeyRecord, ProjectRecord } from '../src/store/log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../src/store/records.ts';
 import { KvCatalog } from '../src/store/nats/catalog.ts';
 import { KvErasures } from '../src/store/nats/erasures.ts';
 import { connectNats, type NatsConnection } from '../src/store/nats/connect.ts';
@@ -21,8 +21,8 @@ import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LOAD_DEADLINE_MS, LOAD_REQUEST_TIMEOUT_MS, LOCAL_FALLBACK_MS, ObjectSnapshotStore, snapshotObjectName } from '../src/store/nats/snapshots.ts';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { FileSnapshotStore } from '../src/store/file-snapshot-store.ts';
-import { SnapshotFiles } from '../src/store/snapshot-files.ts';
+import { FileSnapshotStore } from '../src/store/files/file-snapshot-store.ts';
+import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
 import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
 /** Catalog, salts and snapshots on a real 3-server nats-server cluster (CLUSTER.md §5, §8), unique names per test. */

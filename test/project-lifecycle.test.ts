@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import type { LogRecord } from '../src/core/types.ts';
 import { check } from '../src/engine/maintenance.ts';
 import { AnalyticsClient } from '../src/grpc/client.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { assertError } from './contract-helpers.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
 

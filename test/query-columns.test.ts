@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { TIME_DIMENSIONS, type Dimension, type Filter, type FunnelQuestion, type FunnelStepAnswer, type Goal, type Metric, type Question, type QueryAnswer, type QueryEngine } from '../src/core/query/types.ts';
 import type { LmdbBackend } from '../src/engine/lmdb-backend.ts';
 import { rebuild } from '../src/engine/maintenance.ts';
-import { ColumnStore } from '../src/store/column-store.ts';
+import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject, startTestService, type TestService } from './helpers.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 

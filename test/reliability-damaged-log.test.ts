@@ -6,7 +6,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { check } from '../src/engine/maintenance.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 

@@ -4,7 +4,7 @@ import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { MAGIC } from '../src/store/snapshot-format.ts';
+import { MAGIC } from '../src/store/files/snapshot-format.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';

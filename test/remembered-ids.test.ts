@@ -5,7 +5,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { DEDUP_WINDOW_MS } from '../src/core/limits.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 
 const event = (p: string, eventId: string, rt: number): StoredEvent => ({
   t: 'e', p, ts: rt, rt, day: new Date(rt).toISOString().slice(0, 10), event: 'x', url: '', path: '', referrer: '', source: 'Direct',

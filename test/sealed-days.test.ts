@@ -11,7 +11,7 @@ import { fromSnapshot, toSnapshot } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply, collectSealable } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { Sealer } from '../src/engine/sealer.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { referenceMetrics } from './reference-model.ts';
 
 /**

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { check, rebuild } from '../src/engine/maintenance.ts';
-import { LogStore } from '../src/store/log-store.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { testClock } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 

@@ -10,9 +10,9 @@ import { generateKey, hashKey } from '../../src/engine/keys.ts';
 import { Sealer } from '../../src/engine/sealer.ts';
 import { startService, type RunningService } from '../../src/service.ts';
 import { ColumnProjection } from '../../src/engine/column-projection.ts';
-import { ColumnStore } from '../../src/store/column-store.ts';
-import { LogStore } from '../../src/store/log-store.ts';
-import { SnapshotFiles } from '../../src/store/snapshot-files.ts';
+import { ColumnStore } from '../../src/store/lmdb/column-store.ts';
+import { LogStore } from '../../src/store/lmdb/log-store.ts';
+import { SnapshotFiles } from '../../src/store/files/snapshot-files.ts';
 import { serveCommands } from '../lib/child.ts';
 import { traffic } from './traffic.ts';
 

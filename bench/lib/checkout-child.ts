@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -49,7 +49,9 @@ async function start(a: { repo: string; durability: 'flush' | 'commit' }): Promi
  * flight, as concurrent requests are), then times a full replay (readAfter + apply) in this fresh process.
  */
 async function replay(a: { repo: string; events: number; batch: number }): Promise<{ eventsPerSec: number; decodePerSec: number; bytes: number }> {
-  const { LogStore } = await load(a.repo, 'src/store/log-store.ts');
+  // where the checkout keeps its log store: src/store/lmdb/, or src/store/ in checkouts older than that folder
+  const logStore = ['src/store/lmdb/log-store.ts', 'src/store/log-store.ts'].find((f) => existsSync(path.join(a.repo, f)))!;
+  const { LogStore } = await load(a.repo, logStore);
   const { AnalyticsState, apply } = await load(a.repo, 'src/core/state.ts');
   const dir = mkdtempSync(path.join(tmpdir(), 'analytics-ab-replay-'));
   try {

@@ -11,7 +11,7 @@ import { newHistogram, summarize, type LatencySummary } from '../lib/latency.ts'
  * - `bare`: node:http that reads the body, JSON.parses it and answers `{ ok, ts, accepted }`: the cost of HTTP + JSON.
  * - `lmdb`: the same plus one lmdb-js put per event and the answer after `await db.flushed`: the durable-ack floor.
  * - raw batch puts: transactions of 100 puts into lmdb, no HTTP, `flushed` awaited: the storage ceiling for batches.
- * LMDB is opened exactly as src/store/log-store.ts opens it (msgpack values, integer keys, one env file).
+ * LMDB is opened exactly as src/store/lmdb/log-store.ts opens it (msgpack values, integer keys, one env file).
  */
 
 /** Same address space as the real log: reserved lazily, so it costs nothing. */

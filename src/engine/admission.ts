@@ -1,5 +1,5 @@
 import type { Config } from '../config.ts';
-import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../store/records.ts';
 import type { Catalog } from '../store/seams.ts';
 import { bearerKey, bearerToken, hashKey } from './keys.ts';
 import { isLive } from './lifecycle-helpers.ts';

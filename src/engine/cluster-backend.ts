@@ -9,7 +9,7 @@ import { AnalyticsState, applyOnce, collectSealable, dropProject, isDuplicate, p
 import type { FunnelStepAnswer, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { FoldRecord, LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
-import type { KeyRecord } from '../store/log-store.ts';
+import type { KeyRecord } from '../store/records.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
 import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
 import type { KvSealedStore } from '../store/nats/sealed.ts';

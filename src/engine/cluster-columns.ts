@@ -3,7 +3,7 @@ import path from 'node:path';
 import { DEDUP_WINDOW_MS, MAX_BATCH_EVENTS } from '../core/limits.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer } from '../core/query/types.ts';
 import type { FoldRecord } from '../core/types.ts';
-import { ColumnStore } from '../store/column-store.ts';
+import { ColumnStore } from '../store/lmdb/column-store.ts';
 import type { LogEntry } from '../store/seams.ts';
 import { ColumnProjection } from './column-projection.ts';
 

@@ -5,7 +5,7 @@ import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segmen
 import { eachDay, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { FoldRecord, LogRecord } from '../core/types.ts';
-import { crc, type ColumnStore } from '../store/column-store.ts';
+import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
 
 /**
  * The column store as a projection of the log: fed (seq, records) in log order from the same fold point as the day

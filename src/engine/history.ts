@@ -3,7 +3,7 @@ import type { HistoryExtras } from '../core/event-schema.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import type { StoredEvent } from '../core/types.ts';
 import { classifySource, UNKNOWN_COUNTRY, type Enricher } from '../enrich/index.ts';
-import type { ProjectRecord } from '../store/log-store.ts';
+import type { ProjectRecord } from '../store/records.ts';
 import { readEvent } from './batch-rules.ts';
 import type { ErrorDetail } from './types.ts';
 

@@ -3,7 +3,7 @@ import type { EventInput } from '../core/event-schema.ts';
 import { normalizeEvent } from '../core/normalize.ts';
 import type { LogRecord } from '../core/types.ts';
 import { classifySource, type ClientFacts, type Enricher } from '../enrich/index.ts';
-import type { ProjectRecord } from '../store/log-store.ts';
+import type { ProjectRecord } from '../store/records.ts';
 import type { Admission } from './admission.ts';
 import type { Backend } from './backend.ts';
 import { batchSizeRefusal, invalidEvents, notStored, readEvent } from './batch-rules.ts';

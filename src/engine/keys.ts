@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { KeyKind } from '../store/log-store.ts';
+import type { KeyKind } from '../store/records.ts';
 
 /**
  * API keys are a prefix plus 192 random bits in base64url. Only SHA-256 hashes are stored; a lookup by hash means

@@ -1,4 +1,4 @@
-import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../store/records.ts';
 import { KEY_PREFIX, keyIdOf } from './keys.ts';
 import type { ErrorDetail, KeyType, KeyView } from './types.ts';
 

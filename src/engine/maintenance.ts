@@ -7,11 +7,11 @@ import { monthEnd } from '../core/sealed-source.ts';
 import { fromSnapshot, toSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply, collectSealable, sealAt } from '../core/state.ts';
 import type { StoredEvent } from '../core/types.ts';
-import { ColumnStore } from '../store/column-store.ts';
-import { LogDamage, LogStore } from '../store/log-store.ts';
+import { ColumnStore } from '../store/lmdb/column-store.ts';
+import { LogDamage, LogStore } from '../store/lmdb/log-store.ts';
 import { ColumnProjection } from './column-projection.ts';
-import { assertEnvironmentSound, assertWritable, walkEnvironment } from '../store/lmdb-probe.ts';
-import { SnapshotFiles } from '../store/snapshot-files.ts';
+import { assertEnvironmentSound, assertWritable, walkEnvironment } from '../store/lmdb/lmdb-probe.ts';
+import { SnapshotFiles } from '../store/files/snapshot-files.ts';
 import { exportEvents } from './history-export.ts';
 import { Sealer } from './sealer.ts';
 

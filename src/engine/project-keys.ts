@@ -1,4 +1,4 @@
-import type { KeyRecord } from '../store/log-store.ts';
+import type { KeyRecord } from '../store/records.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Admission } from './admission.ts';
 import { generateId, generateKey, hashKey, keyHint, keyIdOf } from './keys.ts';

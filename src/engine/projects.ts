@@ -1,5 +1,5 @@
 import { guardJson } from '../core/json-guard.ts';
-import type { KeyRecord, ProjectRecord } from '../store/log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../store/records.ts';
 import type { Catalog } from '../store/seams.ts';
 import type { Admission } from './admission.ts';
 import type { Backend } from './backend.ts';

@@ -1,7 +1,7 @@
 import { dayOf } from '../core/dates.ts';
 import { MAX_GOALS, parseFunnelBody, parseGoalBody, parseQueryBody, resolveFunnel, resolveQuestion, type Problem } from '../core/query/schema.ts';
 import type { Goal, QueryEngine } from '../core/query/types.ts';
-import type { ProjectRecord } from '../store/log-store.ts';
+import type { ProjectRecord } from '../store/records.ts';
 import { generateId } from './keys.ts';
 import { failure as fail, type Failure, type FunnelResponse, type GoalView, type Outcome, type QueryResponse, type RateInfo, type RequestMeta } from './types.ts';
 

@@ -1,8 +1,8 @@
 import { fromSnapshot } from '../core/snapshot.ts';
 import { AnalyticsState, apply } from '../core/state.ts';
 import type { LogRecord } from '../core/types.ts';
-import { LogDamage, type LogStore } from '../store/log-store.ts';
-import type { SnapshotFiles } from '../store/snapshot-files.ts';
+import { LogDamage, type LogStore } from '../store/lmdb/log-store.ts';
+import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
 
 /** Print replay progress only when the tail is long enough for someone to wonder (~0.3 s of replay). */
 const PROGRESS_THRESHOLD = 100_000;

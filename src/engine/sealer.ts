@@ -1,7 +1,7 @@
 import { rollupMonth, sealDay, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
 import { monthEnd } from '../core/sealed-source.ts';
 import { dropSealed, sealAt, takeSealQueue, type AnalyticsState, type SealRequest } from '../core/state.ts';
-import { UnsealableDays, unsealableKey, type SealedWrite } from '../store/sealed-store.ts';
+import { UnsealableDays, unsealableKey, type SealedWrite } from '../store/lmdb/sealed-store.ts';
 
 /**
  * Writes the days the reducer hands over (their window has closed) to the sealed store, with the rollup of every

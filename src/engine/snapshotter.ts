@@ -2,7 +2,7 @@ import { serialize } from 'node:v8';
 import { daySnapshot, toSnapshot, type Encoded } from '../core/snapshot.ts';
 import { apply, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord } from '../core/types.ts';
-import type { SnapshotFiles } from '../store/snapshot-files.ts';
+import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
 
 /**
  * Folds committed records into the state and decides when to snapshot: after `everyEvents` records, on the

@@ -1,6 +1,6 @@
 import type { FunnelStepAnswer, QueryRow } from '../core/query/types.ts';
 import type { MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
-import type { KeyKind } from '../store/log-store.ts';
+import type { KeyKind } from '../store/records.ts';
 
 /**
  * What the faces (HTTP, gRPC) see of the engine. Faces parse their wire format into plain values, call the

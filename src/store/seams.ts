@@ -1,6 +1,6 @@
 import type { SnapshotData } from '../core/snapshot.ts';
 import type { FoldRecord } from '../core/types.ts';
-import type { KeyRecord, ProjectRecord, Salt } from './log-store.ts';
+import type { KeyRecord, ProjectRecord, Salt } from './records.ts';
 
 /**
  * The storage seam of both modes (CLUSTER.md §3). The engine codes against these interfaces; `src/store/` holds an

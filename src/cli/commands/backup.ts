@@ -1,7 +1,7 @@
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { LogStore } from '../../store/log-store.ts';
+import { LogStore } from '../../store/lmdb/log-store.ts';
 import { dataDirOption, resolveDataDir } from '../data-dir.ts';
 import { EXIT_FAILED } from '../exit-codes.ts';
 

@@ -2,9 +2,9 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { rebuild } from '../../engine/maintenance.ts';
-import { assertEnvironmentSound, assertWritable } from '../../store/lmdb-probe.ts';
-import { LogDamage, LogStore } from '../../store/log-store.ts';
-import { SnapshotFiles } from '../../store/snapshot-files.ts';
+import { assertEnvironmentSound, assertWritable } from '../../store/lmdb/lmdb-probe.ts';
+import { LogDamage, LogStore } from '../../store/lmdb/log-store.ts';
+import { SnapshotFiles } from '../../store/files/snapshot-files.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
 import { print } from '../remote.ts';
 

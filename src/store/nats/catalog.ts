@@ -1,5 +1,5 @@
 import type { KV, KvEntry } from '@nats-io/kv';
-import type { KeyRecord, ProjectRecord } from '../log-store.ts';
+import type { KeyRecord, ProjectRecord } from '../records.ts';
 import type { Catalog } from '../seams.ts';
 import { KvMirror } from './kv-mirror.ts';
 

@@ -1,5 +1,5 @@
 import type { KV } from '@nats-io/kv';
-import type { Salt } from '../log-store.ts';
+import type { Salt } from '../records.ts';
 import type { SharedSalts } from '../seams.ts';
 
 /**

@@ -3,11 +3,11 @@ import path from 'node:path';
 import { deserialize, serialize } from 'node:v8';
 import { deflateRawSync, inflateRawSync } from 'node:zlib';
 import type { KV, KvEntry } from '@nats-io/kv';
-import { open, type Database, type RootDatabase } from 'lmdb';
 import type { RangePart } from '../../core/day-view.ts';
 import { SEALED_VERSION, type SealedDay, type SealedMonth } from '../../core/sealed-day.ts';
 import type { SealedLookup, SealedSegment } from '../../core/sealed-source.ts';
-import { SealedStore, UnsealableDays, unsealableKey, type SealedWrite } from '../sealed-store.ts';
+import { SealedCopy } from '../lmdb/sealed-copy.ts';
+import { UnsealableDays, unsealableKey, type SealedStore, type SealedWrite } from '../lmdb/sealed-store.ts';
 import { idOfToken, idToken } from './catalog.ts';
 import { KvMirror } from './kv-mirror.ts';
 import { MAX_MESSAGE_BYTES } from './resources.ts';
@@ -34,7 +34,6 @@ const ROW_FORMAT = 1;
 const MAX_PARALLEL_PUTS = 64;
 /** Leave room for the message headers under the servers' max_payload. */
 const MAX_ROW_BYTES = MAX_MESSAGE_BYTES - 4096;
-const META_APPLIED = 'applied';
 
 export function dayRowKey(projectId: string, date: string, firstSeq: number): string {
   return `${idToken(projectId)}.d.${date}.${firstSeq}`;
@@ -82,26 +81,26 @@ export interface KvSealedStoreOptions {
 
 export class KvSealedStore implements SealedLookup {
   private mirror!: KvMirror;
+  readonly local: SealedStore;
 
   private constructor(
     readonly kv: KV,
-    private readonly root: RootDatabase,
-    private readonly meta: Database<number, string>,
-    readonly local: SealedStore,
+    private readonly copy: SealedCopy,
     private readonly log: (line: string) => void,
     private readonly maxRowBytes: number,
-  ) {}
+  ) {
+    this.local = copy.store;
+  }
 
   /** Opens the local copy and starts mirroring the bucket (from where the copy left off). */
   static async open(kv: KV, bucket: string, dataDir: string, o: KvSealedStoreOptions): Promise<KvSealedStore> {
     mkdirSync(dataDir, { recursive: true });
-    const root = open({ path: path.join(dataDir, `${bucket}.mdb`), noSubdir: true, maxDbs: 4, mapSize: 2 ** 40 });
-    const meta = root.openDB<number, string>({ name: 'mirror' });
-    const s = new KvSealedStore(kv, root, meta, new SealedStore(root), o.log, o.maxRowBytes ?? MAX_ROW_BYTES);
+    const copy = SealedCopy.open(path.join(dataDir, `${bucket}.mdb`));
+    const s = new KvSealedStore(kv, copy, o.log, o.maxRowBytes ?? MAX_ROW_BYTES);
     try {
-      s.mirror = await KvMirror.open(kv, { name: 'sealed-rows mirror', apply: (e) => s.apply(e), log: o.log, after: meta.get(META_APPLIED) ?? 0 });
+      s.mirror = await KvMirror.open(kv, { name: 'sealed-rows mirror', apply: (e) => s.apply(e), log: o.log, after: copy.appliedRevision() });
     } catch (err) {
-      await root.close();
+      await copy.close();
       throw err;
     }
     return s;
@@ -123,7 +122,7 @@ export class KvSealedStore implements SealedLookup {
         this.local.putMonth(k.projectId, month);
       }
     }
-    void this.meta.put(META_APPLIED, e.revision);
+    this.copy.markApplied(e.revision);
   }
 
   /** Resolves once every row the bucket holds now is in the local copy (a partition start waits for it). */
@@ -190,7 +189,7 @@ export class KvSealedStore implements SealedLookup {
 
   async close(): Promise<void> {
     await this.mirror.close();
-    await this.root.close();
+    await this.copy.close();
   }
 }
 

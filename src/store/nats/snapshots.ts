@@ -7,7 +7,7 @@ import { Objm, type ObjectStore } from '@nats-io/obj';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { SnapshotData } from '../../core/snapshot.ts';
 import type { SnapshotStore } from '../seams.ts';
-import { readSnapshot, SnapshotFiles } from '../snapshot-files.ts';
+import { readSnapshot, SnapshotFiles } from '../files/snapshot-files.ts';
 
 /**
  * Partition snapshots in the JetStream object store `analytics_snapshots_v1` (CLUSTER.md §5), named

@@ -2,9 +2,9 @@ import { existsSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import { decodeDay, decodeSegment, verifySegment } from '../core/columns/codec.ts';
-import type { VisitTable } from '../core/columns/day-table.ts';
-import type { SegmentView } from '../core/columns/segment.ts';
+import { decodeDay, decodeSegment, verifySegment } from '../../core/columns/codec.ts';
+import type { VisitTable } from '../../core/columns/day-table.ts';
+import type { SegmentView } from '../../core/columns/segment.ts';
 
 /**
  * Sealed column segments in their own LMDB environment (`columns.lmdb` in the data directory), so a rebuild or an

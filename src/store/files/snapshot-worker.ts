@@ -4,7 +4,7 @@ import path from 'node:path';
 import { serialize } from 'node:v8';
 import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
-import type { Encoded, SnapshotData } from '../core/snapshot.ts';
+import type { Encoded, SnapshotData } from '../../core/snapshot.ts';
 import { frameHeader, MAGIC } from './snapshot-format.ts';
 
 /**

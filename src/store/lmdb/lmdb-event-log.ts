@@ -1,6 +1,6 @@
-import type { LogRecord } from '../core/types.ts';
+import type { LogRecord } from '../../core/types.ts';
 import type { LogStore } from './log-store.ts';
-import type { Appended, EventLog, Follower, LogEntry } from './seams.ts';
+import type { Appended, EventLog, Follower, LogEntry } from '../seams.ts';
 
 /**
  * The single-node event log (the default mode) behind the EventLog seam: the LMDB log of LogStore, one partition.

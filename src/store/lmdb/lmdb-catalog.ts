@@ -1,5 +1,6 @@
-import type { Catalog } from './seams.ts';
-import type { KeyRecord, LogStore, ProjectRecord } from './log-store.ts';
+import type { Catalog } from '../seams.ts';
+import type { KeyRecord, ProjectRecord } from '../records.ts';
+import type { LogStore } from './log-store.ts';
 
 /**
  * The single-node Catalog: projects and key hashes in the LMDB environment, over LogStore's own methods (one

@@ -1,9 +1,9 @@
 import * as lmdb from 'lmdb';
 import type { Database } from 'lmdb';
-import { hash53 } from '../core/hash.ts';
-import { DEDUP_WINDOW_MS } from '../core/limits.ts';
-import { NumberCounts } from '../core/number-table.ts';
-import type { LogRecord } from '../core/types.ts';
+import { hash53 } from '../../core/hash.ts';
+import { DEDUP_WINDOW_MS } from '../../core/limits.ts';
+import { NumberCounts } from '../../core/number-table.ts';
+import type { LogRecord } from '../../core/types.ts';
 
 /**
  * The eventIds of the last 48 hours (the exactly-once promise), durable by construction: [project, eventId] ->

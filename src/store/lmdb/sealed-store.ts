@@ -1,7 +1,7 @@
 import type { Database, RootDatabase } from 'lmdb';
-import type { RangePart } from '../core/day-view.ts';
-import { SEALED_VERSION, SealedPart, type SealedDay, type SealedMonth } from '../core/sealed-day.ts';
-import type { SealedLookup, SealedSegment } from '../core/sealed-source.ts';
+import type { RangePart } from '../../core/day-view.ts';
+import { SEALED_VERSION, SealedPart, type SealedDay, type SealedMonth } from '../../core/sealed-day.ts';
+import type { SealedLookup, SealedSegment } from '../../core/sealed-source.ts';
 
 /**
  * Sealed history in LMDB, in the same environment as the log: sealed days keyed [project, date, firstSeq] (a day

@@ -3,9 +3,9 @@ import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSyn
 import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
-import type { StoredDay } from '../core/day-aggregate.ts';
-import type { PackedRing } from '../core/recent-ring.ts';
-import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../core/snapshot.ts';
+import type { StoredDay } from '../../core/day-aggregate.ts';
+import type { PackedRing } from '../../core/recent-ring.ts';
+import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
 /**

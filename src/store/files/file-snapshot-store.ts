@@ -1,5 +1,5 @@
-import type { SnapshotData } from '../core/snapshot.ts';
-import type { SnapshotStore } from './seams.ts';
+import type { SnapshotData } from '../../core/snapshot.ts';
+import type { SnapshotStore } from '../seams.ts';
 import type { SnapshotFiles } from './snapshot-files.ts';
 
 /**

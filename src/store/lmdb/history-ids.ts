@@ -1,5 +1,5 @@
 import type { Database } from 'lmdb';
-import type { LogRecord } from '../core/types.ts';
+import type { LogRecord } from '../../core/types.ts';
 import type { IdKey } from './remembered-ids.ts';
 
 /**
