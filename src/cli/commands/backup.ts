@@ -1,7 +1,6 @@
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { LogStore } from '../../store/lmdb/log-store.ts';
 import { dataDirOption, resolveDataDir } from '../data-dir.ts';
 import { EXIT_FAILED } from '../exit-codes.ts';
 
@@ -43,6 +42,8 @@ export function registerBackup(program: Command): void {
     const snapDir = path.join(dataDir, 'snapshots');
     const snapshots = existsSync(snapDir) ? readdirSync(snapDir).filter((f) => SNAPSHOT_FILE.test(f)) : [];
     for (const f of snapshots) copyFileSync(path.join(snapDir, f), path.join(dest, 'snapshots', f));
+    // The store loads here, not at the top: every other command starts without it.
+    const { LogStore } = await import('../../store/lmdb/log-store.ts');
     const store = LogStore.open(dataDir, 'flush', { readOnly: true });
     const lastSeq = store.lastSeq();
     try {

@@ -2,10 +2,8 @@ import { Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { stringify } from 'csv-stringify/sync';
-import { exportLine } from '../../core/history-line.ts';
 import { MAX_EXPORT_DAYS } from '../../core/limits.ts';
 import { loadCliEnv } from '../../config.ts';
-import { rawEvents } from '../../engine/maintenance.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
 import { CliError } from '../errors.ts';
 import { progress } from '../progress.ts';
@@ -94,6 +92,8 @@ export function registerExport(program: Command): void {
       // --data-dir reads the directory; otherwise a service URL (--url or $ANALYTICS_URL) goes through the endpoint.
       if (opts.dataDir === undefined && (opts.url !== undefined || loadCliEnv().url !== undefined)) return remoteRaw({ ...opts, to });
       const dir = resolveDataDir(opts);
+      // The store and the fold load here, not at the top: every other command starts without them.
+      const [{ rawEvents }, { exportLine }] = await Promise.all([import('../../engine/maintenance.ts'), import('../../core/history-line.ts')]);
       let bar: ReturnType<typeof progress> | undefined;
       let out = '';
       await onDataDir(async () => {

@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { check, rebuild } from '../../engine/maintenance.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
 import { CliError } from '../errors.ts';
 import { progress, type Progress } from '../progress.ts';
@@ -30,6 +29,7 @@ export function registerRebuild(program: Command): void {
   ).action(async (opts: { dataDir?: string; json?: boolean }) => {
     const dir = resolveDataDir(opts);
     const p = phases(false);
+    const { rebuild } = await import('../../engine/maintenance.ts');
     const out = await onDataDir(() => rebuild(dir, p.onProgress)).finally(() => p.stop());
     print(opts.json, out, () => `rebuilt ${out.projects} projects from ${out.records} log entries in ${out.ms} ms; ${out.sealedDays} sealed day(s); ${out.columnEvents} events in the column store; snapshot ${out.snapshot}`);
   });
@@ -44,6 +44,7 @@ export function registerCheck(program: Command): void {
   ).action(async (opts: { dataDir?: string; json?: boolean }) => {
     const dir = resolveDataDir(opts);
     const p = phases(false);
+    const { check } = await import('../../engine/maintenance.ts');
     const out = await onDataDir(() => check(dir, p.onProgress)).finally(() => p.stop());
     print(opts.json, out, () =>
       out.ok

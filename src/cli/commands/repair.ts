@@ -1,10 +1,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { rebuild } from '../../engine/maintenance.ts';
-import { assertEnvironmentSound, assertWritable } from '../../store/lmdb/lmdb-probe.ts';
-import { LogDamage, LogStore } from '../../store/lmdb/log-store.ts';
-import { SnapshotFiles } from '../../store/files/snapshot-files.ts';
+import type { LogDamage } from '../../store/lmdb/log-store.ts';
 import { dataDirOption, onDataDir, resolveDataDir } from '../data-dir.ts';
 import { print } from '../remote.ts';
 
@@ -37,6 +34,13 @@ export interface RepairResult {
 export async function repair(dataDir: string, now = new Date()): Promise<RepairResult> {
   const file = path.join(dataDir, 'analytics.lmdb');
   if (!existsSync(file)) throw new Error(`${dataDir} holds no analytics data (no analytics.lmdb)`);
+  // The store and the fold load here, not at the top: every other command starts without them.
+  const [{ rebuild }, { assertEnvironmentSound, assertWritable }, { LogDamage, LogStore }, { SnapshotFiles }] = await Promise.all([
+    import('../../engine/maintenance.ts'),
+    import('../../store/lmdb/lmdb-probe.ts'),
+    import('../../store/lmdb/log-store.ts'),
+    import('../../store/files/snapshot-files.ts'),
+  ]);
   assertWritable(dataDir);
   assertEnvironmentSound(dataDir);
   let store = LogStore.open(dataDir, 'flush');
