@@ -2,9 +2,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { buildSync } from 'esbuild';
 import type { StoredDay } from '../../core/day-aggregate.ts';
 import type { PackedRing } from '../../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../../core/snapshot.ts';
@@ -12,7 +10,7 @@ import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
 /**
  * Snapshots of the live state as files `snapshot-<seq>.bin` (layout: snapshot-format.ts), written by a worker thread
- * (snapshot-worker.ts) to a temporary file, fsynced and renamed, so a crash leaves either the old or the new snapshot,
+ * (snapshot-worker.mjs) to a temporary file, fsynced and renamed, so a crash leaves either the old or the new snapshot,
  * never half of one. A file that fails its checksum is skipped. Frames are read one at a time, so a state of any size
  * restores (no single buffer over 2 GiB).
  */
@@ -21,25 +19,8 @@ import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 const SNAPSHOTS_KEPT = 2;
 const NAME = /^snapshot-(\d{16})\.bin$/;
 
-let writerScript: string | undefined;
-
-/**
- * The writer thread's code: snapshot-worker.ts built once per process into one plain script. A thread that runs it
- * starts in milliseconds; one that first registers the TypeScript loader took ~0.3 s of CPU and a loader thread of
- * its own (Node 20 does not pass --import hooks on to workers).
- */
-function writerSource(): string {
-  writerScript ??= buildSync({
-    entryPoints: [fileURLToPath(new URL('./snapshot-worker.ts', import.meta.url))],
-    bundle: true,
-    platform: 'node',
-    format: 'cjs',
-    target: 'node20',
-    write: false,
-    logLevel: 'silent',
-  }).outputFiles[0]!.text;
-  return writerScript;
-}
+/** The writer thread: plain JavaScript, so it starts in milliseconds without the TypeScript loader. */
+const WRITER = new URL('./snapshot-worker.mjs', import.meta.url);
 
 export class SnapshotFiles {
   private readonly dir: string;
@@ -128,7 +109,8 @@ export class SnapshotFiles {
 
   private startWorker(): Worker {
     if (this.worker) return this.worker;
-    const w = new Worker(writerSource(), { eval: true });
+    // execArgv: [] keeps the parent's --import (the TypeScript loader) out of the thread.
+    const w = new Worker(WRITER, { workerData: { magic: new Uint8Array(MAGIC) }, execArgv: [] });
     w.on('message', (m: { id: number; ok: boolean; bytes?: number; message?: string }) => {
       const p = this.waiting.get(m.id);
       if (!p) return;

@@ -12,7 +12,7 @@ import { readSnapshot, SnapshotFiles } from '../files/snapshot-files.ts';
 /**
  * Partition snapshots in the JetStream object store `analytics_snapshots_v1` (CLUSTER.md §5), named
  * `p<nn>/<seq, 16 digits>` by the stream sequence they cover. The body is the snapshot file of single-node mode
- * (snapshot-format.ts: magic, v8 frames, SHA-256), written by the same worker thread (snapshot-worker.ts, through
+ * (snapshot-format.ts: magic, v8 frames, SHA-256), written by the same worker thread (snapshot-worker.mjs, through
  * SnapshotFiles: serialization, hashing and the disk stay off the main thread), followed by a trailer naming the
  * last folded message's batch id: `[batch id, UTF-8][u16 LE length]["ABID"]`. The file reader stops after the
  * digest, so the trailer is invisible to it.

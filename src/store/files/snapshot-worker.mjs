@@ -3,9 +3,11 @@ import { open as openFile, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { serialize } from 'node:v8';
 import { setPriority } from 'node:os';
-import { parentPort } from 'node:worker_threads';
-import type { Encoded, SnapshotData } from '../../core/snapshot.ts';
-import { frameHeader, MAGIC } from './snapshot-format.ts';
+import { parentPort, workerData } from 'node:worker_threads';
+
+// Plain JavaScript so the thread starts without the TypeScript loader (Node 20 does not pass --import hooks on to
+// workers, and registering tsx in the thread cost ~0.3 s of CPU and a loader thread of its own). The file layout's
+// magic comes from snapshot-format.ts through workerData; the types are in snapshot-files.ts.
 
 /**
  * Serializes, hashes and writes a snapshot off the main thread. The main thread only captures the live state (typed
@@ -13,23 +15,34 @@ import { frameHeader, MAGIC } from './snapshot-format.ts';
  * SHA-256 or the disk. Each project and each live day is its own frame, so no buffer nears 2 GiB whatever the size.
  */
 
-interface WriteRequest {
-  id: number;
-  data: SnapshotData;
-  file: string;
+/** @typedef {import('../../core/snapshot.ts').Encoded} Encoded */
+/** @typedef {import('../../core/snapshot.ts').SnapshotData} SnapshotData */
+/** @typedef {{ id: number, data: SnapshotData, file: string }} WriteRequest */
+
+/** snapshot-format.ts's MAGIC, handed over by the thread's creator */
+const MAGIC = Buffer.from(workerData.magic);
+
+/** A frame's header: its body's length, 4 bytes little-endian (snapshot-format.ts). */
+function frameHeader(length) {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(length, 0);
+  return b;
 }
 
 /** Bytes gathered before one write: big enough that a write costs little per frame, small enough to hold. */
 const WRITE_BATCH_BYTES = 1 << 20;
 
 /** The bytes of every day and ring as last sent, by key: unchanged ones arrive as their key alone. */
-const held = new Map<string, Uint8Array>();
+/** @type {Map<string, Uint8Array>} */
+const held = new Map();
 
-function isEncoded(v: unknown): v is Encoded {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && typeof (v as Encoded).key === 'string' && !('day' in v);
+/** @returns {v is Encoded} */
+function isEncoded(v) {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && typeof v.key === 'string' && !('day' in v);
 }
 
-function resolve(e: Encoded, seen: Set<string>): Uint8Array {
+/** @param {Encoded} e @param {Set<string>} seen @returns {Uint8Array} */
+function resolve(e, seen) {
   seen.add(e.key);
   if (e.bytes) held.set(e.key, e.bytes);
   const bytes = held.get(e.key);
@@ -37,7 +50,8 @@ function resolve(e: Encoded, seen: Set<string>): Uint8Array {
   return bytes;
 }
 
-async function write({ data, file }: WriteRequest): Promise<number> {
+/** @param {WriteRequest} req @returns {Promise<number>} */
+async function write({ data, file }) {
   const tmp = `${file}.tmp`;
   try {
     return await writeTo(tmp, data, file);
@@ -47,12 +61,14 @@ async function write({ data, file }: WriteRequest): Promise<number> {
   }
 }
 
-async function writeTo(tmp: string, data: SnapshotData, file: string): Promise<number> {
-  const seen = new Set<string>();
+/** @param {string} tmp @param {SnapshotData} data @param {string} file @returns {Promise<number>} */
+async function writeTo(tmp, data, file) {
+  const seen = new Set();
   const fh = await openFile(tmp, 'w', 0o600);
   const hash = createHash('sha256');
   let bytes = 0;
-  let pending: Uint8Array[] = [];
+  /** @type {Uint8Array[]} */
+  let pending = [];
   let pendingBytes = 0;
   const flush = async () => {
     if (pending.length === 0) return;
@@ -61,7 +77,7 @@ async function writeTo(tmp: string, data: SnapshotData, file: string): Promise<n
     pendingBytes = 0;
     for (let done = 0; done < out.length; ) done += (await fh.write(out, done, out.length - done)).bytesWritten;
   };
-  const frame = async (value: unknown) => {
+  const frame = async (/** @type {unknown} */ value) => {
     // Bytes the main thread already serialized (cached days and rings) are written as they are.
     const body = value instanceof Uint8Array ? value : serialize(value);
     const head = frameHeader(body.length);
@@ -111,13 +127,13 @@ try {
   // not permitted here: the snapshot still gets written, at normal priority
 }
 
-parentPort!.on('message', (req: WriteRequest | { preload: Encoded[] }) => {
+parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ req) => {
   if ('preload' in req) {
     for (const e of req.preload) if (e.bytes) held.set(e.key, e.bytes);
     return;
   }
   write(req).then(
-    (bytes) => parentPort!.postMessage({ id: req.id, ok: true, bytes }),
-    (err: unknown) => parentPort!.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
+    (bytes) => parentPort.postMessage({ id: req.id, ok: true, bytes }),
+    (err) => parentPort.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
   );
 });
