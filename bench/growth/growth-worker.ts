@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config.ts';
@@ -168,7 +168,9 @@ serveCommands({
   ping,
   memory() {
     gc();
-    return { rssBytes: process.memoryUsage().rss, heapUsedBytes: process.memoryUsage().heapUsed };
+    // Anonymous RSS is what the process holds itself; LMDB's mapped pages (file-backed) are the page cache's.
+    const anon = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+    return { rssBytes: process.memoryUsage().rss, anonBytes: anon ? Number(anon[1]) * 1024 : 0, heapUsedBytes: process.memoryUsage().heapUsed };
   },
   async snapshotNow() {
     const t = performance.now();
