@@ -56,8 +56,8 @@ async function stop(n: Node): Promise<void> {
 
 /** The partition's state on a node that folds it (private: what a read would be answered from). */
 function stateOf(n: Node, partition: number): AnalyticsState | undefined {
-  const p = (n.backend as unknown as { parts: Array<{ active: boolean; caughtUp: boolean; state: AnalyticsState }> }).parts[partition]!;
-  return p.active && p.caughtUp ? p.state : undefined;
+  const p = (n.backend as unknown as { parts: Array<{ active: boolean; caughtUp: boolean; fold: { state: AnalyticsState } }> }).parts[partition]!;
+  return p.active && p.caughtUp ? p.fold.state : undefined;
 }
 
 /** Every stored message of the stream: [seq, headers, body]. */
