@@ -71,7 +71,7 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     // The one place the mode is chosen: a single node on LMDB, or a node of a NATS JetStream cluster.
     openBackend: ({ now, log: say, ops: o }: { now: () => number; log: (line: string) => void; ops: OperatorMetrics | undefined }) =>
       config.cluster !== undefined
-        ? import('./engine/cluster-backend.ts').then(({ ClusterBackend }) =>
+        ? import('./cluster/cluster-backend.ts').then(({ ClusterBackend }) =>
             ClusterBackend.open(config, config.cluster!, { now, log: say, version: VERSION, tag: opts.cluster?.tag }),
           )
         : LmdbBackend.open(config, now, say, o),

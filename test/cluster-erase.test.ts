@@ -10,7 +10,7 @@ import { Objm } from '@nats-io/obj';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
 import type { AnalyticsState } from '../src/core/state.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { hashKey } from '../src/engine/keys.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
@@ -18,7 +18,7 @@ import { waitForValue, clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type N
 
 
 /**
- * Deleting a project in cluster mode erases it everywhere (src/engine/cluster-erasure.ts): real 3-server nats-server
+ * Deleting a project in cluster mode erases it everywhere (src/cluster/cluster-erasure.ts): real 3-server nats-server
  * cluster, two in-process service nodes with their own data directories, each test with its own stream and buckets.
  */
 

@@ -15,15 +15,15 @@ import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } 
 import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
-import type { Backend, ReadRefusal } from './backend.ts';
+import type { Backend, ReadRefusal } from '../engine/backend.ts';
 import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
 import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
-import { COLUMN_FLUSH_MS } from './column-projection.ts';
-import { hashKey, keyHint } from './keys.ts';
+import { COLUMN_FLUSH_MS } from '../engine/column-projection.ts';
+import { hashKey, keyHint } from '../engine/keys.ts';
 import { Ownership } from './ownership.ts';
-import { QuestionsUnavailable } from './questions.ts';
-import { answerRead, type ReadQuery } from './read-query.ts';
-import { PartitionFold, PRUNE_EVERY_MS, type Projection } from './partition-fold.ts';
+import { QuestionsUnavailable } from '../engine/questions.ts';
+import { answerRead, type ReadQuery } from '../engine/read-query.ts';
+import { PartitionFold, PRUNE_EVERY_MS, type Projection } from '../engine/partition-fold.ts';
 
 /**
  * Cluster mode (CLUSTER.md), StreamFold: ingest publishes the batch as one message to its partition and acknowledges
@@ -87,7 +87,7 @@ export interface ClusterParts {
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
   /** sealed days and month rollups: the shared bucket and this node's copy of it */
   sealed: Pick<KvSealedStore, 'caughtUp' | 'write' | 'readDays' | 'month' | 'days' | 'dayCount' | 'removeLocal' | 'eraseProject'>;
-  /** what erasing a deleted project needs (src/engine/cluster-erasure.ts) */
+  /** what erasing a deleted project needs (src/cluster/cluster-erasure.ts) */
   erasure: ErasureParts;
   /** a partition's column projection in this node's data directory (questions); absent: questions answer 503 */
   openColumns?: ((partition: number) => PartitionColumns) | undefined;
