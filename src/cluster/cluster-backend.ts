@@ -17,7 +17,7 @@ import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
 import type { Backend, ReadRefusal } from '../engine/backend.ts';
 import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
-import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
+import { ClusterErasure, ERASE_CHECK_MS, type ErasureHooks, type ErasureParts } from './cluster-erasure.ts';
 import { COLUMN_FLUSH_MS } from '../engine/column-projection.ts';
 import { hashKey, keyHint } from '../engine/keys.ts';
 import { Ownership } from './ownership.ts';
@@ -108,6 +108,14 @@ export interface ClusterBackendOptions {
   version: string;
   /** tests: a suffix for every resource name */
   tag?: string | undefined;
+  /**
+   * Tests: handed a function that makes this node die as a kill -9 would leave the cluster: no release, no snapshot,
+   * connections dropped; its leases expire by themselves. The faces stay up (answering 503 from health) until the
+   * service is stopped.
+   */
+  crashable?: ((crash: () => Promise<void>) => void) | undefined;
+  /** tests: what the erasure asks at its turns (ErasureHooks) */
+  erasureHooks?: ErasureHooks | undefined;
 }
 
 /** One partition: its fold (PartitionFold: state, sealer, snapshot schedule, projections), follower and readers. */
@@ -161,7 +169,7 @@ export class ClusterBackend implements Backend {
   private readonly inflightCounts = new Map<string, number>();
   private ownership: Ownership | undefined;
   private readonly sealedSource: SealedSource;
-  /** deleting projects (tests set `erasure.beforeWork` to crash a node midway) */
+  /** deleting projects */
   erasure!: ClusterErasure;
   private closing = false;
   private crashed = false;
@@ -249,10 +257,11 @@ export class ClusterBackend implements Backend {
       now: opts.now(),
     });
     const b = new ClusterBackend(config, cp, enricher, fold, opts.now, opts.log);
-    b.erasure = new ClusterErasure(cp.erasure, opts.log);
+    b.erasure = new ClusterErasure(cp.erasure, opts.log, opts.erasureHooks);
     for (let n = 0; n < cp.log.partitions; n++) b.parts.push(b.partitionAt(n));
     if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
     cp.onEraseFloor?.((n, seq) => b.columnsFloor(n, seq));
+    opts.crashable?.(() => b.crash());
     return b;
   }
 
@@ -812,11 +821,8 @@ export class ClusterBackend implements Backend {
     await this.cp.close();
   }
 
-  /**
-   * Tests: this node dies as a kill -9 would leave the cluster: no release, no snapshot, connections dropped; its
-   * leases expire by themselves. The faces stay up (answering 503 from health) until the service is stopped.
-   */
-  async crashForTests(): Promise<void> {
+  /** Dies as a kill -9 would leave the cluster (ClusterBackendOptions.crashable: tests only). */
+  private async crash(): Promise<void> {
     this.crashed = true;
     await this.ownership?.stop({ release: false });
     await Promise.all(this.parts.map((p) => p.follower?.stop()));

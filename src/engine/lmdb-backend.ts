@@ -11,7 +11,7 @@ import { ColumnStore } from '../store/lmdb/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb/lmdb-catalog.ts';
 import type { HistoryIds } from '../store/lmdb/history-ids.ts';
 import { assertEnvironmentSound, assertWritable } from '../store/lmdb/lmdb-probe.ts';
-import { LogStore } from '../store/lmdb/log-store.ts';
+import { LogStore, type StoreFaults } from '../store/lmdb/log-store.ts';
 import type { KeyRecord } from '../store/records.ts';
 import type { RememberedIds } from '../store/lmdb/remembered-ids.ts';
 import type { SealedStore } from '../store/lmdb/sealed-store.ts';
@@ -116,12 +116,13 @@ export class LmdbBackend implements Backend {
     void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
   }
 
-  static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+  /** `faults`: tests of failing disks make the log's writes fail (StoreFaults); absent in service. */
+  static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined, faults?: StoreFaults): Promise<LmdbBackend> {
     // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
     assertWritable(config.dataDir);
     const walked = assertEnvironmentSound(config.dataDir);
     if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
-    const store = LogStore.open(config.dataDir, config.durability, { log });
+    const store = LogStore.open(config.dataDir, config.durability, { log, faults });
     const files = new SnapshotFiles(config.dataDir);
     const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
     const state = await recoverState(store, files, log, [columns.replayConsumer()]);
