@@ -1,4 +1,5 @@
-// long because one class holds a partition's whole life (start, fold, barrier, owner reads, snapshots, close);
+// long because one class holds a partition's whole life around its fold (start from a snapshot, follower, barrier,
+// owner reads and forwarding, in-flight batches, close); the fold itself is PartitionFold (engine/partition-fold.ts),
 // erasure (cluster-erasure.ts) and questions' columns (cluster-columns.ts) live beside it.
 import type { ClusterConfig, Config, FoldMode } from '../config.ts';
 import { utcMonthOf } from '../core/dates.ts';
