@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../src/config.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { startService } from '../src/service.ts';
 import { clusterNodeEnv, startNatsCluster } from '../test/nats-cluster.ts';
 

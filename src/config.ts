@@ -85,11 +85,14 @@ export interface Config {
   stopWithParent: boolean;
 }
 
+/** Who folds what: `owner` (each partition's owner folds it) or `all` (every node folds all; leases elect the snapshot writer). */
+export type FoldMode = 'owner' | 'all';
+
 export interface ClusterConfig {
   nodeId: string;
   natsUrls: string[];
   partitions: number;
-  fold: 'owner' | 'all';
+  fold: FoldMode;
   publishDeadlineMs: number;
   retentionDays: number | undefined;
   maxStreamBytes: number | undefined;

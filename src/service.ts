@@ -8,6 +8,8 @@ import { HttpFace } from './http/server.ts';
 import type { McpRequest } from './mcp/http-endpoint.ts';
 import { OperatorMetrics } from './engine/operator-metrics.ts';
 import { startMetricsServer } from './http/metrics-server.ts';
+import type { StoreFaults } from './store/lmdb/log-store.ts';
+import type { ErasureHooks } from './cluster/cluster-erasure.ts';
 
 /**
  * Wiring: one engine, two faces. `startService` is what `npm start` runs and what tests and benches start on
@@ -43,8 +45,14 @@ export interface RunningService {
 export interface ServiceOptions {
   now?: () => number;
   log?: (line: string) => void;
-  /** cluster mode, tests: a suffix for every NATS resource name, so each test has its own stream and buckets */
-  cluster?: { tag?: string };
+  /**
+   * cluster mode, tests: a suffix for every NATS resource name, so each test has its own stream and buckets; a
+   * function that makes the node die as kill -9 would (ClusterBackendOptions.crashable); what the erasure asks at its
+   * turns (ErasureHooks)
+   */
+  cluster?: { tag?: string; crashable?: (crash: () => Promise<void>) => void; erasureHooks?: ErasureHooks };
+  /** tests of failing disks: a switch the single node's LMDB log asks before each write (StoreFaults) */
+  storeFaults?: StoreFaults;
   /** connection caps and handshake deadline of both ports (tests use small ones); absent = the faces' defaults */
   connections?: { handshakeMs?: number; maxConnections?: number; maxConnectionsPerIp?: number };
 }
@@ -71,10 +79,10 @@ export async function startService(config: Readonly<Config>, opts: ServiceOption
     // The one place the mode is chosen: a single node on LMDB, or a node of a NATS JetStream cluster.
     openBackend: ({ now, log: say, ops: o }: { now: () => number; log: (line: string) => void; ops: OperatorMetrics | undefined }) =>
       config.cluster !== undefined
-        ? import('./engine/cluster-backend.ts').then(({ ClusterBackend }) =>
-            ClusterBackend.open(config, config.cluster!, { now, log: say, version: VERSION, tag: opts.cluster?.tag }),
+        ? import('./cluster/cluster-backend.ts').then(({ ClusterBackend }) =>
+            ClusterBackend.open(config, config.cluster!, { now, log: say, version: VERSION, tag: opts.cluster?.tag, crashable: opts.cluster?.crashable, erasureHooks: opts.cluster?.erasureHooks }),
           )
-        : LmdbBackend.open(config, now, say, o),
+        : LmdbBackend.open(config, now, say, o, opts.storeFaults),
   };
   const engine = await Engine.open(engineOpts);
   const c = opts.connections ?? {};

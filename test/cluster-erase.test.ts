@@ -10,7 +10,8 @@ import { Objm } from '@nats-io/obj';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
 import type { AnalyticsState } from '../src/core/state.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
+import type { ErasureHooks } from '../src/cluster/cluster-erasure.ts';
 import { hashKey } from '../src/engine/keys.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
@@ -18,7 +19,7 @@ import { waitForValue, clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type N
 
 
 /**
- * Deleting a project in cluster mode erases it everywhere (src/engine/cluster-erasure.ts): real 3-server nats-server
+ * Deleting a project in cluster mode erases it everywhere (src/cluster/cluster-erasure.ts): real 3-server nats-server
  * cluster, two in-process service nodes with their own data directories, each test with its own stream and buckets.
  */
 
@@ -35,6 +36,10 @@ interface Node {
   url: string;
   backend: ClusterBackend;
   logs: string[];
+  /** dies as a kill -9 would leave the cluster (ClusterBackendOptions.crashable) */
+  crash: () => Promise<void>;
+  /** what this node's erasure asks at its turns */
+  erasureHooks: ErasureHooks;
   dataDir: string;
 }
 
@@ -43,10 +48,12 @@ async function startNode(id: string, tag: string, adminKey: string, opts: { fold
   if (!dirs.includes(dataDir)) dirs.push(dataDir);
   const logs: string[] = [];
   const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir, adminKey, fold: opts.fold ?? 'owner' }), ANALYTICS_QUIET: '1' });
-  const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag } });
+  const erasureHooks: ErasureHooks = {};
+  let crash = (): Promise<void> => Promise.reject(new Error('the backend did not hand over its crash'));
+  const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag, crashable: (fn) => (crash = fn), erasureHooks } });
   running.add(svc);
   const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
-  return { id, svc, url: svc.url, backend, logs, dataDir };
+  return { id, svc, url: svc.url, backend, logs, dataDir, crash: () => crash(), erasureHooks };
 }
 
 async function stop(n: Node): Promise<void> {
@@ -56,8 +63,8 @@ async function stop(n: Node): Promise<void> {
 
 /** The partition's state on a node that folds it (private: what a read would be answered from). */
 function stateOf(n: Node, partition: number): AnalyticsState | undefined {
-  const p = (n.backend as unknown as { parts: Array<{ active: boolean; caughtUp: boolean; state: AnalyticsState }> }).parts[partition]!;
-  return p.active && p.caughtUp ? p.state : undefined;
+  const p = (n.backend as unknown as { parts: Array<{ active: boolean; caughtUp: boolean; fold: { state: AnalyticsState } }> }).parts[partition]!;
+  return p.active && p.caughtUp ? p.fold.state : undefined;
 }
 
 /** Every stored message of the stream: [seq, headers, body]. */
@@ -278,8 +285,8 @@ describe('deleting a project in cluster mode', () => {
     assert.equal((await api(b.url, `/metrics?date=${new Date().toISOString().slice(0, 10)}`, { key: p.keys.secret })).body.pageviews, 20);
 
     // a dies after the pending record is written and the project left the catalog, before anything is erased
-    a.backend.erasure.beforeWork = async () => {
-      await a.backend.crashForTests();
+    a.erasureHooks.beforeWork = async () => {
+      await a.crash();
       throw new Error('the node died (test)');
     };
     const del = await api(a.url, `/projects/${p.project.id}`, { method: 'DELETE', key });
@@ -292,7 +299,7 @@ describe('deleting a project in cluster mode', () => {
 
     if (finisher === 'the other node on its timer') {
       // The timer's rule with a short staleness (ERASE_STALE_MS is 30 s): a record unchanged that long is finished here.
-      b.backend.erasure.staleMs = 300;
+      b.erasureHooks.staleMs = 300;
       const pendingLeft = async () => (await catalogKv.get(`erase.${p.project.id}`))?.operation === 'PUT';
       // (a call returns at once while b's own timer round is running: call again until b finished it)
       await waitForValue('b finishing it', async () => (await b.backend.erasure.finishPending(false), (await pendingLeft()) ? undefined : true), 10_000);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { api, createProject } from './helpers.ts';
 import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
@@ -37,6 +37,8 @@ interface Node {
   url: string;
   backend: ClusterBackend;
   logs: string[];
+  /** dies as a kill -9 would leave the cluster (ClusterBackendOptions.crashable) */
+  crash: () => Promise<void>;
 }
 
 async function startNode(id: string, tag: string, adminKey: string, fold: 'owner' | 'all' = 'owner'): Promise<Node> {
@@ -44,10 +46,11 @@ async function startNode(id: string, tag: string, adminKey: string, fold: 'owner
   dirs.push(dataDir);
   const logs: string[] = [];
   const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir, adminKey, fold }), ANALYTICS_QUIET: '1' });
-  const svc = await startService(config, { log: (l) => logs.push(`${Date.now()} ${l}`), cluster: { tag } });
+  let crash = (): Promise<void> => Promise.reject(new Error('the backend did not hand over its crash'));
+  const svc = await startService(config, { log: (l) => logs.push(`${Date.now()} ${l}`), cluster: { tag, crashable: (fn) => (crash = fn) } });
   running.add(svc);
   const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
-  return { id, svc, url: svc.url, backend, logs };
+  return { id, svc, url: svc.url, backend, logs, crash: () => crash() };
 }
 
 async function stop(n: Node): Promise<void> {
@@ -104,7 +107,7 @@ describe('partition owners', () => {
       const other = owner === a ? b : a;
 
       // 1. The owner dies (no release): its leases expire, the other node claims, replays and serves.
-      await owner.backend.crashForTests();
+      await owner.crash();
       const killedAt = Date.now();
       let took = -1;
       while (Date.now() - killedAt < TAKEOVER_DEADLINE_MS + 4_000) {

@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { preferredOwner } from '../src/core/hrw.ts';
-import { FENCE_MS, Ownership, SETTLE_MS } from '../src/engine/ownership.ts';
+import { FENCE_MS, Ownership, SETTLE_MS } from '../src/cluster/ownership.ts';
 import { NatsLeaseStore, openOwnersBucket, WATCH_STALL_MS } from '../src/store/nats/owners.ts';
 import { NO_RESPONDERS_GRACE_MS, ReadFailedError, ReadRpc, ReadUnavailableError } from '../src/store/nats/read-rpc.ts';
 import { startNatsCluster, type NatsCluster } from './nats-cluster.ts';

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject } from './helpers.ts';

@@ -8,7 +8,7 @@ import { connect } from '@nats-io/transport-node';
 import { loadConfig } from '../src/config.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import type { ClusterBackend } from '../src/engine/cluster-backend.ts';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { Sealer } from '../src/engine/sealer.ts';
 import { ensureResources } from '../src/store/nats/resources.ts';
 import { KvSealedStore } from '../src/store/nats/sealed.ts';

@@ -26,6 +26,7 @@ export interface TestServiceOptions {
   dataDir?: string;
   adminKey?: string;
   connections?: ServiceOptions['connections'];
+  storeFaults?: ServiceOptions['storeFaults'];
 }
 
 export async function startTestService(env: Record<string, string> = {}, opts: TestServiceOptions = {}): Promise<TestService> {
@@ -43,6 +44,7 @@ export async function startTestService(env: Record<string, string> = {}, opts: T
   const service = await startService(config, {
     ...(opts.now ? { now: opts.now } : {}),
     ...(opts.connections ? { connections: opts.connections } : {}),
+    ...(opts.storeFaults ? { storeFaults: opts.storeFaults } : {}),
   });
   const handle: TestService = {
     url: service.url,

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import type { LogRecord } from '../src/core/types.ts';
 import { check, rawEvents, rebuild } from '../src/engine/maintenance.ts';
 import { compress, CorruptStream, decompress, Dictionary, MAX_DICTIONARY } from '../src/store/lmdb/dict-lz.ts';
-import { LogDamage, LogStore } from '../src/store/lmdb/log-store.ts';
+import { LogDamage, LogStore, type StoredEntries } from '../src/store/lmdb/log-store.ts';
 
 /**
  * Log format 4 (issue 18, disk): entries compressed against dictionaries built from the log's own records, with the
@@ -76,20 +76,21 @@ test('a log written by the previous release (format 2) and continued in format 4
     for (let i = 0; i < 300; i++) await old.append([records[i]!]);
     await old.append(records.slice(300, 400));
     await old.close();
-    const store = LogStore.open(dir, 'commit');
+    let stored!: StoredEntries;
+    const store = LogStore.open(dir, 'commit', { entries: (e) => (stored = e) });
     for (let i = 400; i < 1100; i++) await store.append([records[i]!]);
     await store.append(records.slice(1100, 1200));
     // both kinds are there: format 2 entries are not rewritten, the new ones are kind 4
-    assert.equal(store.storedEntry(1)![0], 0xc4, 'a format 2 entry, as the previous release stored it (msgpack bin)');
-    assert.equal(store.storedEntry(1000)![0], 4);
+    assert.equal(stored.storedEntry(1)![0], 0xc4, 'a format 2 entry, as the previous release stored it (msgpack bin)');
+    assert.equal(stored.storedEntry(1000)![0], 4);
     const read = [...store.readAfter(0)];
     assert.deepEqual(read.map((r) => r.seq), records.map((_, i) => i + 1));
     assert.deepEqual(read.map((r) => r.record), records);
     assert.equal(store.verified, 1200);
     assert.deepEqual([...store.readAfter(850)].map((r) => r.record), records.slice(850));
     // the compressed single-event entries, after the log's first dictionaries, are a fraction of format 2's
-    const format2 = store.storedEntry(200)!.length;
-    const format4 = store.storedEntry(1050)!.length;
+    const format2 = stored.storedEntry(200)!.length;
+    const format4 = stored.storedEntry(1050)!.length;
     assert.ok(format4 < format2 * 0.6, `format 4 entry ${format4} B vs format 2 ${format2} B`);
     await store.close();
     const report = await check(dir);
@@ -113,9 +114,10 @@ test('a log written by the previous release (format 2) and continued in format 4
 test('a byte changed inside a format 4 entry or a log dictionary is refused at its sequence, before anything is decompressed', async () => {
   const dir = tmp();
   try {
-    const store = LogStore.open(dir, 'commit');
+    let stored!: StoredEntries;
+    const store = LogStore.open(dir, 'commit', { entries: (e) => (stored = e) });
     for (let i = 0; i < 400; i++) await store.append([rec('p_a', i)]);
-    const entry = store.storedEntry(300)!;
+    const entry = stored.storedEntry(300)!;
     const dictionary = store.getMeta<Buffer>('logDict:1')!;
     assert.ok(Buffer.isBuffer(dictionary) && dictionary.length > 10_000, 'the first dictionary, built at 100 records');
     await store.close();

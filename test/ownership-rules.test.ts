@@ -12,7 +12,7 @@ import {
   type Action,
   type Held,
   type Observed,
-} from '../src/engine/ownership.ts';
+} from '../src/cluster/ownership.ts';
 
 /** The lease rules of CLUSTER.md §6 as a pure function of what a node observed and when (times are made up). */
 

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { check } from '../src/engine/maintenance.ts';
-import { LogStore } from '../src/store/lmdb/log-store.ts';
+import { LogStore, type StoredEntries } from '../src/store/lmdb/log-store.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 
@@ -68,8 +68,9 @@ test('flipped bytes in a copy of a real data dir: startup refuses naming the fir
     const file = path.join(damaged, 'analytics.lmdb');
     const bytes = readFileSync(file);
     // batch 20's entry as stored (compressed: its strings are not in the file as such), found by its bytes
-    const reader = LogStore.open(damaged, 'commit', { readOnly: true });
-    const entry = reader.storedEntry(20 * PER_BATCH + 1)!;
+    let stored!: StoredEntries;
+    const reader = LogStore.open(damaged, 'commit', { readOnly: true, entries: (e) => (stored = e) });
+    const entry = stored.storedEntry(20 * PER_BATCH + 1)!;
     await reader.close();
     const at = bytes.indexOf(entry.subarray(0, 32));
     assert.ok(at > 0, 'the entry is in the file');

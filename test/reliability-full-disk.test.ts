@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { pv, storedEvents } from './contract-helpers.ts';
+import type { StoreFaults } from '../src/store/lmdb/log-store.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
 
@@ -20,12 +21,12 @@ const batch = (tag: string, n: number, pad = 0) =>
   Array.from({ length: n }, (_, i) => pv(`/${tag}${i}`, { sessionId: `${tag}${i}`, eventParams: pad ? { pad: randomBytes(pad / 2).toString('hex') } : {} })); // incompressible: the log compresses repeats
 
 test('an injected store fault: 503 unavailable with Retry-After, health 503, reads work, writes resume by themselves', async () => {
-  const svc = await startTestService();
+  const store: StoreFaults = { fault: undefined };
+  const svc = await startTestService({}, { storeFaults: store });
   try {
     const p = await createProject(svc.url, svc.adminKey);
     const key = p.keys.secret;
     assert.equal((await api(svc.url, '/analytics', { key, body: batch('a', 10) })).status, 200);
-    const store = (svc.service.engine as unknown as { backend: { store: { fault: unknown } } }).backend.store;
     store.fault = () => Object.assign(new Error('MDB_MAP_FULL: injected'), { code: 'ENOSPC' });
     const refused = await api(svc.url, '/analytics', { key, body: batch('b', 7) });
     assert.equal(refused.status, 503);

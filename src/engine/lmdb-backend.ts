@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { apply, collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { QueryEngine } from '../core/query/types.ts';
@@ -11,7 +11,7 @@ import { ColumnStore } from '../store/lmdb/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb/lmdb-catalog.ts';
 import type { HistoryIds } from '../store/lmdb/history-ids.ts';
 import { assertEnvironmentSound, assertWritable } from '../store/lmdb/lmdb-probe.ts';
-import { LogStore } from '../store/lmdb/log-store.ts';
+import { LogStore, type StoreFaults } from '../store/lmdb/log-store.ts';
 import type { KeyRecord } from '../store/records.ts';
 import type { RememberedIds } from '../store/lmdb/remembered-ids.ts';
 import type { SealedStore } from '../store/lmdb/sealed-store.ts';
@@ -23,11 +23,9 @@ import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
 import { recoverState } from './recovery.ts';
-import { Sealer } from './sealer.ts';
+import { PartitionFold, PRUNE_EVERY_MS } from './partition-fold.ts';
 import { Snapshotter } from './snapshotter.ts';
 
-/** Prune remembered eventIds this often; they expire after 48 h, so hourly keeps at most ~49 h of them. */
-const PRUNE_EVERY_MS = 3_600_000;
 /** Records examined per retention slice before yielding to requests. */
 const RETENTION_SLICE = 10_000;
 const DAY_MS = 86_400_000;
@@ -40,8 +38,9 @@ const HEALTH_PROBE_EVERY_MS = 10_000;
 const CLOCK_TICK_EVERY_MS = 2_000;
 
 /**
- * Single-node mode (the default): the LMDB log, InlineFold (append → await the commit → fold in sequence order →
- * ack), eventIds remembered in LMDB with their events, sealed days in LMDB, snapshot files beside it.
+ * Single-node mode (the default): a cluster of one partition whose fold runs inline. The LMDB log, InlineFold (append
+ * → await the commit → fold in sequence order → ack) into one PartitionFold, eventIds remembered in LMDB with their
+ * events (refused before the append, so the log holds no repeats), sealed days in LMDB, snapshot files beside it.
  */
 export class LmdbBackend implements Backend {
   readonly catalog: LmdbCatalog;
@@ -56,7 +55,8 @@ export class LmdbBackend implements Backend {
   /** set by close: an erasure under way stops at its next slice and stays pending */
   private erasureStopped = false;
   storageOk = true;
-  private readonly sealer: Sealer;
+  /** the one partition's fold: day state, sealer, snapshot schedule, and the projections it feeds */
+  private readonly fold: PartitionFold;
   private readonly sealed: SealedSource;
   private readonly sealedStore: SealedStore;
   private readonly ids: RememberedIds;
@@ -68,7 +68,7 @@ export class LmdbBackend implements Backend {
   private constructor(
     private readonly config: Readonly<Config>,
     private readonly store: LogStore,
-    private readonly state: AnalyticsState,
+    state: AnalyticsState,
     readonly enricher: Enricher,
     private readonly snapshotter: Snapshotter,
     private readonly now: () => number,
@@ -91,20 +91,38 @@ export class LmdbBackend implements Backend {
     void this.ids.start(now(), log);
     this.sealedStore = store.openSealedStore();
     this.sealed = sealedSource(this.sealedStore);
-    this.sealer = new Sealer(state, this.sealedStore, log);
+    const ids = this.ids;
+    this.fold = new PartitionFold(state, {
+      numbering: 'record',
+      repeatsInLog: false,
+      sealed: this.sealedStore,
+      writeSnapshot: (_fold, opts) => snapshotter.write(opts),
+      snapshotEveryEvents: config.snapshotEveryEvents,
+      projections: [
+        // the eventIds this fold applied are remembered on the heap until the store's expiry (the append wrote them)
+        {
+          fold(_seq, records) {
+            for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) ids.remember(r.p, r.eventId, r.rt);
+          },
+        },
+        columns,
+      ],
+      log,
+    });
     this.view = { state, sealed: this.sealed };
     // Days whose window closed before the snapshot or during the replay are sealed now, in the background.
     collectSealable(state);
-    this.sealer.kick();
+    this.fold.sealer.kick();
     void this.snapshotter.prewarm().catch((err: unknown) => log(`snapshot warm-up failed: ${err instanceof Error ? err.message : String(err)}`));
   }
 
-  static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined): Promise<LmdbBackend> {
+  /** `faults`: tests of failing disks make the log's writes fail (StoreFaults); absent in service. */
+  static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined, faults?: StoreFaults): Promise<LmdbBackend> {
     // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
     assertWritable(config.dataDir);
     const walked = assertEnvironmentSound(config.dataDir);
     if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
-    const store = LogStore.open(config.dataDir, config.durability, { log });
+    const store = LogStore.open(config.dataDir, config.durability, { log, faults });
     const files = new SnapshotFiles(config.dataDir);
     const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
     const state = await recoverState(store, files, log, [columns.replayConsumer()]);
@@ -114,7 +132,7 @@ export class LmdbBackend implements Backend {
       now: now(),
     });
     ops?.snapshotOnDisk(files.newestBytes());
-    const snapshotter = new Snapshotter(state, files, config.snapshotEveryEvents, log, ops ? (s, b) => ops.snapshot(s, b) : undefined);
+    const snapshotter = new Snapshotter(state, files, ops ? (s, b) => ops.snapshot(s, b) : undefined);
     // The columns caught up in the same pass (from their own marker: at most a flush interval of events, or everything
     // when the columns file is new). Sealing them now is an optimisation: on a full disk the open segments wait in the
     // heap for the next flush, and the service starts anyway (health tells what a write gets).
@@ -152,19 +170,13 @@ export class LmdbBackend implements Backend {
   historyDaysLive(): number {
     let n = 0;
     // recent days stay live anyway (events may still arrive for them): only days past their seal time count
-    for (const p of this.state.projects.values()) for (const d of p.days.values()) if (d.heldUntil > 0 && sealAt(d.day) <= this.state.maxRt) n++;
+    const state = this.fold.state;
+    for (const p of state.projects.values()) for (const d of p.days.values()) if (d.heldUntil > 0 && sealAt(d.day) <= state.maxRt) n++;
     return n;
   }
 
-  /** Moves the fold's clock to `now` when no record did for a while, so days held live for history get sealed. */
-  private tick(now: number): void {
-    if (now <= this.state.maxRt || this.state.nextSealCheck > now) return;
-    apply(this.state, this.state.lastSeq, { t: 'k', rt: now });
-    this.sealer.kick();
-  }
-
   usedThisMonth(projectId: string, now: number): number {
-    return storedThisMonth(this.state, projectId, now) + (this.pendingCounts.get(projectId) ?? 0);
+    return storedThisMonth(this.fold.state, projectId, now) + (this.pendingCounts.get(projectId) ?? 0);
   }
 
   /** InlineFold: append (await the commit), fold in sequence order, then the caller acknowledges. */
@@ -185,10 +197,7 @@ export class LmdbBackend implements Backend {
       try {
         const first = await appended;
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
-        for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) this.ids.remember(r.p, r.eventId, r.rt);
-        this.snapshotter.fold(first, records);
-        this.columns.fold(first, records);
-        this.sealer.kick();
+        this.fold.fold(first, records);
         this.writeSucceeded();
         ok = true;
       } catch (err) {
@@ -231,17 +240,18 @@ export class LmdbBackend implements Backend {
     await this.foldTail; // batches appended before the delete are folded (and so erased below)
     // Its live state goes first, and no day of it is left queued or being written by the sealer, so nothing of it
     // is sealed again after the store has erased its sealed days, month rollups and remembered eventIds.
-    this.state.projects.delete(projectId);
-    this.state.sealQueue = this.state.sealQueue.filter((r) => r.projectId !== projectId);
-    await this.sealer.idle();
+    const state = this.fold.state;
+    state.projects.delete(projectId);
+    state.sealQueue = state.sealQueue.filter((r) => r.projectId !== projectId);
+    await this.fold.sealer.idle();
     const n = await this.store.eraseProjectEvents(projectId, { stopped: () => this.erasureStopped });
     if (this.erasureStopped) return; // shutdown: the project is still pending, the next start finishes it
     await this.columns.erase(projectId);
-    this.state.projects.delete(projectId);
+    state.projects.delete(projectId);
     this.pendingIds.delete(projectId);
     this.pendingCounts.delete(projectId);
     // The snapshots on disk still hold the project's aggregates: replace them all with one without it.
-    await this.snapshotter.snapshot({ replaceAll: true });
+    await this.fold.snapshot({ replaceAll: true });
     await this.store.erasureDone(projectId);
     this.log(`project ${projectId} deleted; ${n} log records erased from every file in ${Math.round(performance.now() - started)} ms`);
   }
@@ -283,15 +293,16 @@ export class LmdbBackend implements Backend {
   }
 
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
-    every(this.config.snapshotIntervalMs, () => this.snapshotter.snapshotIfChanged());
+    every(this.config.snapshotIntervalMs, () => this.fold.snapshotIfChanged());
     every(COLUMN_FLUSH_MS, () => this.columns.flush());
     every(PRUNE_EVERY_MS, async () => {
       await this.ids.expire(this.now());
+      this.fold.prune(this.now());
       await this.applyRetention();
     });
     every(CLOCK_TICK_EVERY_MS, async () => {
       await this.foldTail; // never between an append and its fold
-      this.tick(this.now());
+      this.fold.tick(this.now());
     });
     every(HEALTH_PROBE_EVERY_MS, async () => {
       try {
@@ -320,9 +331,9 @@ export class LmdbBackend implements Backend {
     this.erasureStopped = true; // an erasure under way stops at its next slice; the next start resumes it
     await this.erasing;
     await this.foldTail;
-    await this.sealer.idle();
-    await this.snapshotter.snapshotIfChanged();
-    const failed = this.snapshotter.failure;
+    await this.fold.sealer.idle();
+    await this.fold.snapshotIfChanged();
+    const failed = this.fold.failure;
     await this.snapshotter.close();
     await this.columns.close();
     await this.ids.stop();
@@ -333,7 +344,7 @@ export class LmdbBackend implements Backend {
 
   stats(): { liveDays: number; sealedDays: number } {
     let liveDays = 0;
-    for (const p of this.state.projects.values()) liveDays += p.days.size;
+    for (const p of this.fold.state.projects.values()) liveDays += p.days.size;
     return { liveDays, sealedDays: this.sealedStore.dayCount() };
   }
 
@@ -349,6 +360,7 @@ export class LmdbBackend implements Backend {
     // never past the columns' marker either (a restart replays the columns from it): seal them first
     await this.columns.flush();
     const limit = Math.min(this.snapshotter.oldestKeptSeq(), this.columns.marker());
+    const state = this.fold.state;
     let keepFrom = this.store.logStart();
     for (;;) {
       let n = 0;
@@ -358,7 +370,7 @@ export class LmdbBackend implements Backend {
         const kept =
           seq > limit ||
           (record.t !== 'x' &&
-            (record.rt >= cutoff || this.state.projects.get(record.p)?.days.get(record.day) !== undefined || sealAt(record.day) > this.state.maxRt));
+            (record.rt >= cutoff || state.projects.get(record.p)?.days.get(record.day) !== undefined || sealAt(record.day) > state.maxRt));
         if (kept) {
           stopped = true;
           break;
@@ -373,11 +385,11 @@ export class LmdbBackend implements Backend {
   }
 
   async sealingIdle(): Promise<void> {
-    await this.sealer.idle();
+    await this.fold.sealer.idle();
   }
 
   async snapshotNow(): Promise<void> {
     await this.erasing;
-    await this.snapshotter.snapshot();
+    await this.fold.snapshot();
   }
 }

@@ -1,20 +1,17 @@
 import { serialize } from 'node:v8';
 import { daySnapshot, toSnapshot, type Encoded } from '../core/snapshot.ts';
-import { apply, type AnalyticsState } from '../core/state.ts';
-import type { LogRecord } from '../core/types.ts';
+import type { AnalyticsState } from '../core/state.ts';
 import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
 
 /**
- * Folds committed records into the state and decides when to snapshot: after `everyEvents` records, on the
- * engine's interval, and at shutdown. A snapshot is captured synchronously at one consistent point (the live state
- * as of `lastSeq`: hash tables copied with a memcpy each, no per-key work) and serialized, hashed and written by a
- * worker thread; only one is written at a time.
+ * Writes a single node's snapshot files (PartitionFold decides when): a snapshot is captured synchronously at one
+ * consistent point (the live state as of `lastSeq`: hash tables copied with a memcpy each, no per-key work) and
+ * serialized, hashed and written by a worker thread; only one is written at a time.
  */
 /** Main-thread time per warm-up slice: well under the 50 ms a request may wait. */
 const PREWARM_SLICE_MS = 8;
 
 export class Snapshotter {
-  private lastSnapshotSeq: number;
   private writing: Promise<void> | undefined;
   /** the next snapshot replaces every older file (state was dropped that older files still hold) */
   purgePending = false;
@@ -29,28 +26,15 @@ export class Snapshotter {
   constructor(
     private readonly state: AnalyticsState,
     private readonly files: SnapshotFiles,
-    private readonly everyEvents: number,
-    private readonly log: (line: string) => void,
     /** reports each written snapshot: seconds from capture to durable file, and its size */
     private readonly onWritten?: (seconds: number, bytes: number) => void,
-  ) {
-    this.lastSnapshotSeq = state.lastSeq;
-  }
+  ) {}
 
-  fold(firstSeq: number, records: readonly LogRecord[]): void {
-    for (let i = 0; i < records.length; i++) apply(this.state, firstSeq + i, records[i]!);
-    if (this.state.lastSeq - this.lastSnapshotSeq >= this.everyEvents && !this.writing) void this.snapshot();
-  }
-
-  /** why the newest snapshot attempt failed; undefined once one succeeds (shutdown reports it) */
-  failure: string | undefined;
-
-  async snapshotIfChanged(): Promise<void> {
-    if (this.state.lastSeq !== this.lastSnapshotSeq) await this.snapshot();
-  }
-
-  /** `replaceAll`: delete every other snapshot file once this one is written (after an erasure). */
-  async snapshot(opts: { replaceAll?: boolean } = {}): Promise<void> {
+  /**
+   * Captures the state now (synchronously, when no write is under way) and writes it; rejects when the file could not
+   * be written. `replaceAll`: delete every other snapshot file once this one is written (after an erasure).
+   */
+  async write(opts: { replaceAll?: boolean } = {}): Promise<void> {
     while (this.writing) await this.writing;
     const started = performance.now();
     const generation = this.files.writerGeneration();
@@ -67,23 +51,23 @@ export class Snapshotter {
     for (const key of this.sent.keys()) if (!seen.has(key)) this.sent.delete(key);
     const replaceAll = opts.replaceAll === true || this.purgePending;
     this.purgePending = false;
-    this.writing = this.files
-      .write(data, { replaceAll })
-      .then(({ bytes }) => {
-        this.lastSnapshotSeq = data.lastSeq;
-        this.failure = undefined;
-        this.onWritten?.((performance.now() - started) / 1000, bytes);
-      })
-      .catch((err: unknown) => {
+    const run = this.files.write(data, { replaceAll }).then(
+      ({ bytes }) => this.onWritten?.((performance.now() - started) / 1000, bytes),
+      (err: unknown) => {
         this.sent.clear(); // send everything next time
         if (replaceAll) this.purgePending = true; // the older files still have to go
-        this.failure = err instanceof Error ? err.message : String(err);
-        this.log(`snapshot failed: ${this.failure}`);
-      })
-      .finally(() => {
-        this.writing = undefined;
-      });
-    await this.writing;
+        throw err;
+      },
+    );
+    this.writing = run.then(
+      () => {},
+      () => {},
+    );
+    try {
+      await run;
+    } finally {
+      this.writing = undefined;
+    }
   }
 
   /**

@@ -1,5 +1,5 @@
 /**
- * The shared state behind partition ownership (CLUSTER.md §6), as `src/engine/ownership.ts` needs it. The cluster
+ * The shared state behind partition ownership (CLUSTER.md §6), as `src/cluster/ownership.ts` needs it. The cluster
  * implementation is the KV bucket `analytics_owners_v1` (`src/store/nats/owners.ts`); the lease decisions themselves
  * live in the engine and are unit-tested without it.
  *

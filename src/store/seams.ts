@@ -18,7 +18,7 @@ export interface LogEntry {
   batchId?: string;
   /**
    * JetStream: an erase marker (no records): the project of this id was deleted, and the fold drops everything it
-   * holds of it at this sequence (cluster erasure, src/engine/cluster-erasure.ts); LMDB: absent
+   * holds of it at this sequence (cluster erasure, src/cluster/cluster-erasure.ts); LMDB: absent
    */
   erase?: string;
 }

@@ -51,7 +51,7 @@ export class LogAppender {
     if (env.gate) await env.gate; // a compaction is swapping the environment
     try {
       await env.log.transaction(() => {
-        const fault = env.fault?.('append');
+        const fault = env.faults?.fault?.('append');
         if (fault) throw fault;
         first = this.nextInTransaction();
         if (this.writeFormat === 2) env.log.putSync(first, encodeFormat2(env.codec.encode(records), records.length));

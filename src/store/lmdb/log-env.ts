@@ -36,6 +36,15 @@ export const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmedi
 /** A fault injected into the store's writes, for tests of failing disks: return an error to make the write fail. */
 export type StoreFault = (op: 'append' | 'write') => Error | undefined;
 
+/**
+ * What tests of failing disks pass to LogStore.open: while `fault` is set, every write asks it inside the real LMDB
+ * transaction, and an error it returns aborts that transaction, exactly as ENOSPC does. Not a mock: everything else
+ * runs for real.
+ */
+export interface StoreFaults {
+  fault: StoreFault | undefined;
+}
+
 /** The log db's msgpack encoder (with its shared structures): a batch's records are one msgpack array. */
 export interface LogCodec {
   encode(v: unknown): Buffer;
@@ -43,12 +52,6 @@ export interface LogCodec {
 }
 
 export class LmdbEnv {
-  /**
-   * Set by tests to make writes fail inside the real LMDB transaction (the transaction aborts, exactly as on ENOSPC).
-   * Not a mock: everything else runs for real.
-   */
-  fault: StoreFault | undefined;
-
   root!: RootDatabase;
   /** the log through the msgpack encoder: msgpackr's shared structures (key 0), first-format records */
   log!: Database<Buffer | LogRecord, number>;
@@ -83,6 +86,8 @@ export class LmdbEnv {
     /** the environment's file, `<dataDir>/analytics.lmdb` */
     readonly file: string,
     readonly readOnly: boolean,
+    /** tests of failing disks: asked before each write (absent in service) */
+    readonly faults?: StoreFaults | undefined,
   ) {
     this.open();
   }

@@ -19,7 +19,7 @@ export async function probeWrite(env: LmdbEnv, now: number): Promise<void> {
   if (env.gate) await env.gate;
   try {
     await env.meta.transaction(() => {
-      const fault = env.fault?.('write');
+      const fault = env.faults?.fault?.('write');
       if (fault) throw fault;
       env.meta.putSync('probe', now);
     });

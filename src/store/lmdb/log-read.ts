@@ -151,10 +151,19 @@ export class LogReader {
     }
     return { entries, records, bytes, dictionaryBytes: this.dicts.storedBytes() };
   }
+}
 
-  /** The bytes stored for the entry that holds `seq` (tests that damage one on purpose find it in the file). */
-  storedEntry(seq: number): Buffer | undefined {
-    for (const { key, value } of this.env.raw.getRange({ start: seq, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY) return Buffer.from(value);
-    return undefined;
-  }
+/** The entries of the log as stored: for tests that damage one on purpose (they find its bytes in the file). */
+export interface StoredEntries {
+  /** the bytes stored for the entry that holds `seq` */
+  storedEntry(seq: number): Buffer | undefined;
+}
+
+export function storedEntries(env: LmdbEnv): StoredEntries {
+  return {
+    storedEntry(seq) {
+      for (const { key, value } of env.raw.getRange({ start: seq, reverse: true, limit: 1 })) if (key !== STRUCTURES_KEY) return Buffer.from(value);
+      return undefined;
+    },
+  };
 }

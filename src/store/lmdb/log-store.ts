@@ -9,17 +9,18 @@ import { HistoryIds } from './history-ids.ts';
 import { LogAppender, type Durability } from './log-append.ts';
 import { LogCompaction } from './log-compaction.ts';
 import { LogDictionaries } from './log-dictionaries.ts';
-import { LmdbEnv, type StoreFault } from './log-env.ts';
+import { LmdbEnv, type StoreFaults } from './log-env.ts';
 import { LogErasure, type EraseOptions } from './log-erasure.ts';
 import { describeWriteFailure, probeSpace, probeWrite } from './log-health.ts';
-import { LogReader } from './log-read.ts';
+import { LogReader, storedEntries, type StoredEntries } from './log-read.ts';
 import { LogRetention } from './log-retention.ts';
 import { RememberedIds, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
 
 export type { Durability } from './log-append.ts';
 export { LogDamage } from './log-entry-format.ts';
-export type { StoreFault } from './log-env.ts';
+export type { StoreFault, StoreFaults } from './log-env.ts';
+export type { StoredEntries } from './log-read.ts';
 
 /**
  * The single-node store: one LMDB environment (`<dataDir>/analytics.lmdb`, see log-env.ts) holding the event log (the
@@ -46,9 +47,9 @@ export class LogStore {
   /** the writer's hold on the data directory (see data-dir-lock.ts), released by close */
   private hold: string | undefined;
 
-  private constructor(dataDir: string, durability: Durability, readOnly: boolean, writeFormat: 2 | 4) {
+  private constructor(dataDir: string, durability: Durability, readOnly: boolean, writeFormat: 2 | 4, faults: StoreFaults | undefined) {
     if (!readOnly) mkdirSync(dataDir, { recursive: true });
-    const env = (this.env = new LmdbEnv(path.join(dataDir, 'analytics.lmdb'), readOnly));
+    const env = (this.env = new LmdbEnv(path.join(dataDir, 'analytics.lmdb'), readOnly, faults));
     this.dicts = new LogDictionaries(env);
     this.appender = new LogAppender(env, this.dicts, durability, writeFormat);
     this.reader = new LogReader(env, this.dicts, () => this.appender.lastSeq());
@@ -70,31 +71,32 @@ export class LogStore {
    * `readOnly` opens an existing data directory for tools (export, check, backup) while the service may be running.
    * `log` is kept for callers; failures lmdb-js reports on its own are contained (see containLmdbRejections) and
    * reported once by whoever awaits the write.
-   * `writeFormat: 2` writes entries in format 2 (for tests that a log of that release is read).
+   * `writeFormat: 2` writes entries in format 2 (for tests that a log of that release is read). `faults`: tests of
+   * failing disks make writes fail inside the real transaction (StoreFaults). `entries`: tests that damage an entry
+   * on purpose are handed its stored bytes (StoredEntries).
    */
-  static open(dataDir: string, durability: Durability, opts: { readOnly?: boolean; log?: (line: string) => void; writeFormat?: 2 | 4 } = {}): LogStore {
+  static open(
+    dataDir: string,
+    durability: Durability,
+    opts: {
+      readOnly?: boolean;
+      log?: (line: string) => void;
+      writeFormat?: 2 | 4;
+      faults?: StoreFaults | undefined;
+      entries?: ((entries: StoredEntries) => void) | undefined;
+    } = {},
+  ): LogStore {
     containLmdbRejections();
     const hold = opts.readOnly === true ? undefined : holdDataDir(dataDir); // one writing process per data directory
     try {
-      const store = new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4);
+      const store = new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4, opts.faults);
       store.hold = hold;
+      opts.entries?.(storedEntries(store.env));
       return store;
     } catch (err) {
       if (hold !== undefined) releaseDataDir(hold);
       throw err;
     }
-  }
-
-  /**
-   * Set by tests to make writes fail inside the real LMDB transaction (the transaction aborts, exactly as on ENOSPC).
-   * Not a mock: everything else runs for real.
-   */
-  get fault(): StoreFault | undefined {
-    return this.env.fault;
-  }
-
-  set fault(fault: StoreFault | undefined) {
-    this.env.fault = fault;
   }
 
   // The log: append and verified read (log-append.ts, log-read.ts).
@@ -127,11 +129,6 @@ export class LogStore {
   /** Entries, records and stored bytes of the log, and the bytes of its dictionaries (bench: bytes per event). */
   logSize(): { entries: number; records: number; bytes: number; dictionaryBytes: number } {
     return this.reader.logSize();
-  }
-
-  /** The bytes stored for the entry that holds `seq` (tests that damage one on purpose find it in the file). */
-  storedEntry(seq: number): Buffer | undefined {
-    return this.reader.storedEntry(seq);
   }
 
   /** Records verified by readAfter since the store was opened (health reports the last verification). */

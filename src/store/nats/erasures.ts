@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { KV, KvEntry } from '@nats-io/kv';
 
 /**
- * The cluster's record of project erasures, in the catalog bucket (src/engine/cluster-erasure.ts does the work):
+ * The cluster's record of project erasures, in the catalog bucket (src/cluster/cluster-erasure.ts does the work):
  *
  * - `erase.<id>` — a pending erasure, written before the project leaves the catalog and removed when its events,
  *   snapshots and usage are gone. A node that dies midway leaves it; another node (or the same one restarting)

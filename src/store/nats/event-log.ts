@@ -18,7 +18,7 @@ import { eventSubject, type ResourceNames } from './resources.ts';
 export const FORMAT_HEADER = 'Analytics-Format';
 export const FORMAT_JSON = '1';
 /**
- * An erase marker (a deleted project, src/engine/cluster-erasure.ts): `Analytics-Control: erase` and
+ * An erase marker (a deleted project, src/cluster/cluster-erasure.ts): `Analytics-Control: erase` and
  * `Analytics-Erase: <projectId>` on a message whose body is an empty batch (`[]`, format 1), so a reader that knows
  * no control messages folds it as an entry without records, and one that does drops the project at its sequence.
  */

@@ -5,7 +5,7 @@ import type { CasResult, LeaseStore, MemberInfo, OwnersChange, PartLease, ReadyM
 
 /**
  * The KV side of partition ownership (CLUSTER.md §6): bucket `analytics_owners_v1` holding `member.<id>`,
- * `part.<n>` and `ready.<n>.<id>`. The lease rules are in `src/engine/ownership.ts`; this file only reads and writes
+ * `part.<n>` and `ready.<n>.<id>`. The lease rules are in `src/cluster/ownership.ts`; this file only reads and writes
  * keys, and watches the bucket.
  *
  * The watch is a JetStream ordered consumer, which nats-server 2.9.10 can leave stalled after a server loss (§13.9). A

@@ -81,20 +81,25 @@ export interface ErasureReport {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Tests: an object the test holds (and may change while the node runs) that ClusterErasure asks at its turns. */
+export interface ErasureHooks {
+  /** runs after the pending record exists and before anything is erased (a test crashes the node here) */
+  beforeWork?: ((projectId: string) => Promise<void>) | undefined;
+  /** ERASE_STALE_MS, shortened */
+  staleMs?: number | undefined;
+}
+
 export class ClusterErasure {
   /** erasures running on this node (one at a time per project); `again`: run once more when it ends */
   private readonly running = new Map<string, { done: Promise<ErasureReport>; again: boolean }>();
   /** pending records of other nodes: revision seen and since when (monotonic), to tell a dead node's from a live one's */
   private readonly seen = new Map<string, { revision: number; since: number }>();
   private checking = false;
-  /** tests: runs after the pending record exists and before anything is erased (a test crashes the node here) */
-  beforeWork: ((projectId: string) => Promise<void>) | undefined;
-  /** ERASE_STALE_MS (tests shorten it) */
-  staleMs = ERASE_STALE_MS;
 
   constructor(
     private readonly parts: ErasureParts,
     private readonly log: (line: string) => void,
+    private readonly hooks: ErasureHooks = {},
   ) {}
 
   /** Erases a project whose catalog entry is gone (or going): resolves when everything of it is erased. */
@@ -136,7 +141,7 @@ export class ClusterErasure {
         if (this.running.has(id)) continue;
         const s = this.seen.get(id);
         if (!s || s.revision !== revision) this.seen.set(id, { revision, since: now });
-        if (!all && (!s || s.revision !== revision || now - s.since < this.staleMs)) continue;
+        if (!all && (!s || s.revision !== revision || now - s.since < (this.hooks.staleMs ?? ERASE_STALE_MS))) continue;
         this.log(`project ${id}: finishing an interrupted erasure`);
         await this.erase(id).catch((err: unknown) => this.log(`project ${id}: erasure failed (retried in ${ERASE_CHECK_MS} ms): ${err instanceof Error ? err.message : String(err)}`));
       }
@@ -153,7 +158,7 @@ export class ClusterErasure {
       cur = await pending.get(projectId);
       if (!cur) throw new Error(`project ${projectId}: its pending erasure could not be recorded`);
     }
-    await this.beforeWork?.(projectId);
+    await this.hooks.beforeWork?.(projectId);
     let rec = cur.value;
     const n = this.parts.partitionOf(projectId);
     const started = performance.now();

@@ -1,13 +1,14 @@
-// long because one class holds a partition's whole life (start, fold, barrier, owner reads, snapshots, close);
+// long because one class holds a partition's whole life around its fold (start from a snapshot, follower, barrier,
+// owner reads and forwarding, in-flight batches, close); the fold itself is PartitionFold (engine/partition-fold.ts),
 // erasure (cluster-erasure.ts) and questions' columns (cluster-columns.ts) live beside it.
-import type { ClusterConfig, Config } from '../config.ts';
+import type { ClusterConfig, Config, FoldMode } from '../config.ts';
 import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { AnalyticsState, applyOnce, collectSealable, dropProject, isDuplicate, pruneEventIds, storedThisMonth } from '../core/state.ts';
+import { AnalyticsState, collectSealable, isDuplicate, storedThisMonth } from '../core/state.ts';
 import type { FunnelStepAnswer, QueryAnswer, QueryEngine } from '../core/query/types.ts';
-import type { FoldRecord, LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/records.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
@@ -15,15 +16,15 @@ import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } 
 import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
-import type { Backend, ReadRefusal } from './backend.ts';
+import type { Backend, ReadRefusal } from '../engine/backend.ts';
 import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
-import { ClusterErasure, ERASE_CHECK_MS, type ErasureParts } from './cluster-erasure.ts';
-import { COLUMN_FLUSH_MS } from './column-projection.ts';
-import { hashKey, keyHint } from './keys.ts';
+import { ClusterErasure, ERASE_CHECK_MS, type ErasureHooks, type ErasureParts } from './cluster-erasure.ts';
+import { COLUMN_FLUSH_MS } from '../engine/column-projection.ts';
+import { hashKey, keyHint } from '../engine/keys.ts';
 import { Ownership } from './ownership.ts';
-import { QuestionsUnavailable } from './questions.ts';
-import { answerRead, type ReadQuery } from './read-query.ts';
-import { Sealer } from './sealer.ts';
+import { QuestionsUnavailable } from '../engine/questions.ts';
+import { answerRead, type ReadQuery } from '../engine/read-query.ts';
+import { PartitionFold, PRUNE_EVERY_MS, type Projection } from '../engine/partition-fold.ts';
 
 /**
  * Cluster mode (CLUSTER.md), StreamFold: ingest publishes the batch as one message to its partition and acknowledges
@@ -44,8 +45,6 @@ import { Sealer } from './sealer.ts';
 
 /** CLUSTER.md §6: a read waits at most this long for the fold to reach the stream's end, then answers 503. */
 export const READ_BARRIER_MS = 2_000;
-/** Prune remembered eventIds this often (they expire after 48 h): hourly keeps at most ~49 h plus the margin. */
-const PRUNE_EVERY_MS = 3_600_000;
 /** A partition whose start failed (the stream did not answer, e.g. during a leader failover) is tried again this soon. */
 const START_RETRY_MS = 1_000;
 /**
@@ -70,8 +69,6 @@ const USAGE_PUBLISH_MS = 1_000;
  */
 const INFLIGHT_FORGET_MS = 60_000;
 
-type FoldMode = 'owner' | 'all';
-
 export interface ClusterParts {
   log: EventLog;
   catalog: Catalog & { ready(): Promise<void>; readonly isMirrorReady: boolean; ensureAdminKey(hash: string, record: KeyRecord): Promise<boolean> };
@@ -91,7 +88,7 @@ export interface ClusterParts {
   usage: { get(projectId: string, month: string): Usage | undefined; publish(projectId: string, month: string, u: Usage): Promise<void> };
   /** sealed days and month rollups: the shared bucket and this node's copy of it */
   sealed: Pick<KvSealedStore, 'caughtUp' | 'write' | 'readDays' | 'month' | 'days' | 'dayCount' | 'removeLocal' | 'eraseProject'>;
-  /** what erasing a deleted project needs (src/engine/cluster-erasure.ts) */
+  /** what erasing a deleted project needs (src/cluster/cluster-erasure.ts) */
   erasure: ErasureParts;
   /** a partition's column projection in this node's data directory (questions); absent: questions answer 503 */
   openColumns?: ((partition: number) => PartitionColumns) | undefined;
@@ -112,13 +109,19 @@ export interface ClusterBackendOptions {
   version: string;
   /** tests: a suffix for every resource name */
   tag?: string | undefined;
+  /**
+   * Tests: handed a function that makes this node die as a kill -9 would leave the cluster: no release, no snapshot,
+   * connections dropped; its leases expire by themselves. The faces stay up (answering 503 from health) until the
+   * service is stopped.
+   */
+  crashable?: ((crash: () => Promise<void>) => void) | undefined;
+  /** tests: what the erasure asks at its turns (ErasureHooks) */
+  erasureHooks?: ErasureHooks | undefined;
 }
 
-/** One partition's fold. */
+/** One partition: its fold (PartitionFold: state, sealer, snapshot schedule, projections), follower and readers. */
 class Partition {
-  state = new AnalyticsState();
-  /** writes this state's closed days (a new one with every new state) */
-  sealer: Sealer | undefined;
+  fold!: PartitionFold;
   follower: Follower | undefined;
   /** folding (owner mode: owned or standby; all: always) */
   active = false;
@@ -128,11 +131,6 @@ class Partition {
   /** the stream's last sequence when folding started: caughtUp once folded that far */
   startedAt = 0;
   caughtUp = false;
-  lastBatchId: string | undefined;
-  /** events folded since the last snapshot */
-  sinceSnapshot = 0;
-  snapshotSeq = 0;
-  snapshotting: Promise<void> | undefined;
   /** this node holds the partition's lease: it writes the shared snapshots and (owner mode) answers its reads */
   writer = false;
   /** reads waiting for the fold to reach a sequence */
@@ -172,7 +170,7 @@ export class ClusterBackend implements Backend {
   private readonly inflightCounts = new Map<string, number>();
   private ownership: Ownership | undefined;
   private readonly sealedSource: SealedSource;
-  /** deleting projects (tests set `erasure.beforeWork` to crash a node midway) */
+  /** deleting projects */
   erasure!: ClusterErasure;
   private closing = false;
   private crashed = false;
@@ -260,11 +258,38 @@ export class ClusterBackend implements Backend {
       now: opts.now(),
     });
     const b = new ClusterBackend(config, cp, enricher, fold, opts.now, opts.log);
-    b.erasure = new ClusterErasure(cp.erasure, opts.log);
-    for (let n = 0; n < cp.log.partitions; n++) b.parts.push(new Partition(n));
+    b.erasure = new ClusterErasure(cp.erasure, opts.log, opts.erasureHooks);
+    for (let n = 0; n < cp.log.partitions; n++) b.parts.push(b.partitionAt(n));
     if (fold === 'all') await Promise.all(b.parts.map((p) => b.activate(p)));
     cp.onEraseFloor?.((n, seq) => b.columnsFloor(n, seq));
+    opts.crashable?.(() => b.crash());
     return b;
+  }
+
+  /** Partition n with its fold: snapshots to the shared store by the lease holder, the columns fed what applyOnce applied. */
+  private partitionAt(n: number): Partition {
+    const p = new Partition(n);
+    const columns: Projection = {
+      fold(seq, applied) {
+        if (seq > p.columnsFrom) p.columns?.feed(seq, applied.filter((r) => r.t === 'e'));
+      },
+      erase(projectId, seq) {
+        if (seq > p.columnsFrom) p.columns?.erase(projectId);
+      },
+    };
+    p.fold = new PartitionFold(new AnalyticsState(), {
+      numbering: 'message',
+      repeatsInLog: true,
+      sealed: this.cp.sealed,
+      // named by its sequence, with the last batch id (a resume checks it); the store keeps a local copy
+      writeSnapshot: (fold) => this.cp.snapshots.write(n, toSnapshot(fold.state), fold.lastBatchId),
+      snapshotEveryEvents: this.config.snapshotEveryEvents,
+      writesSnapshots: () => p.writer,
+      erased: (projectId, seq, held) => this.erasedInPartition(p, projectId, seq, held),
+      projections: [columns],
+      log: (line) => this.log(`partition ${n}: ${line}`),
+    });
+    return p;
   }
 
   // ------------------------------------------------------------ ownership
@@ -328,7 +353,7 @@ export class ClusterBackend implements Backend {
     void f?.stop();
     for (const w of p.waiters) w.resolve(false);
     p.waiters = [];
-    p.state = new AnalyticsState();
+    p.fold.clear();
     p.caughtUp = false;
     p.published.clear();
     p.columnsFrom = Infinity;
@@ -377,10 +402,11 @@ export class ClusterBackend implements Backend {
     await this.cp.sealed.caughtUp();
     if (gen !== p.generation) return;
     let state = new AnalyticsState();
+    let lastBatchId: string | undefined;
     if (best) {
       try {
         state = fromSnapshot(best.data);
-        p.lastBatchId = best.lastBatchId;
+        lastBatchId = best.lastBatchId;
         this.log(`partition ${p.n}: restored snapshot at sequence ${state.lastSeq}`);
         collectSealable(state); // days whose window closed after the snapshot: sealed once the follower runs
       } catch (err) {
@@ -395,14 +421,11 @@ export class ClusterBackend implements Backend {
     }
     p.columnsFrom = cols ? Math.max(colMark, columnsCatchUp ? state.lastSeq : 0) : Infinity;
     if (cols && colMark > last) this.log(`ALERT partition ${p.n}: its columns are at sequence ${colMark}, past the stream's end ${last} (another stream?): remove ${p.n}'s columns directory to rebuild them`);
-    p.state = state;
-    p.sealer = new Sealer(state, this.cp.sealed, (line) => this.log(`partition ${p.n}: ${line}`));
+    p.fold.restart(state, lastBatchId);
     // Reads that waited for the fold before the snapshot was in: the snapshot may already cover what they wait for.
     const still: typeof p.waiters = [];
     for (const w of p.waiters) (w.seq <= state.lastSeq ? w.resolve(true) : still.push(w));
     p.waiters = still;
-    p.snapshotSeq = state.lastSeq;
-    p.sinceSnapshot = 0;
     p.startedAt = last;
     p.caughtUp = false;
     if (this.closing) return; // closed meanwhile (a retried start can outlast close): no follower on a closed log
@@ -410,7 +433,7 @@ export class ClusterBackend implements Backend {
       if (gen === p.generation) this.foldEntry(p, e);
     });
     if (state.lastSeq >= last) this.caughtUp(p);
-    p.sealer.kick();
+    p.fold.sealer.kick();
   }
 
   /**
@@ -459,24 +482,13 @@ export class ClusterBackend implements Backend {
     if (p.caughtUp) return;
     p.caughtUp = true;
     if (this.fold === 'owner') void this.ownership?.markReady(p.n).catch((err: unknown) => this.log(`partition ${p.n}: ready mark failed: ${String(err)}`));
-    if (p.writer && p.state.lastSeq !== p.snapshotSeq) void this.snapshot(p); // CLUSTER.md §5: after catching up a new partition
+    if (p.writer && p.fold.changed()) void p.fold.snapshotSoon(); // CLUSTER.md §5: after catching up a new partition
   }
 
-  /** One stream entry into the partition's state, in order (the follower drops anything at or below lastSeq). */
+  /** One stream entry into the partition's fold, in order (the follower drops anything at or below lastSeq). */
   private foldEntry(p: Partition, e: LogEntry): void {
-    if (e.seq <= p.state.lastSeq) return;
-    const cols = e.seq > p.columnsFrom ? p.columns : undefined;
-    const applied: FoldRecord[] = [];
-    for (const r of e.records) if (applyOnce(p.state, e.seq, r) && r.t === 'e' && cols) applied.push(r);
-    p.state.lastSeq = e.seq;
-    p.lastBatchId = e.batchId;
-    if (e.erase !== undefined) {
-      this.erasedInPartition(p, e.erase, e.seq);
-      cols?.erase(e.erase);
-    }
-    cols?.feed(e.seq, applied);
-    p.sinceSnapshot += e.records.length;
-    if (p.state.sealQueue.length > 0) p.sealer?.kick();
+    if (e.seq <= p.fold.state.lastSeq) return;
+    p.fold.fold(e.seq, e.records, e);
     if (e.batchId !== undefined) this.folded(e.batchId);
     if (!p.caughtUp && e.seq >= p.startedAt) this.caughtUp(p);
     if (p.waiters.length > 0) {
@@ -484,21 +496,19 @@ export class ClusterBackend implements Backend {
       for (const w of p.waiters) (w.seq <= e.seq ? w.resolve(true) : still.push(w));
       p.waiters = still;
     }
-    if (p.writer && p.sinceSnapshot >= this.config.snapshotEveryEvents && !p.snapshotting) void this.snapshot(p);
   }
 
   /**
    * A deleted project's erase marker, folded in log order (cluster-erasure.ts): its state goes (the same on every node
    * folding p), local snapshot copies from before the marker go, and the lease holder stores a snapshot without it.
    */
-  private erasedInPartition(p: Partition, projectId: string, seq: number): void {
-    const held = dropProject(p.state, projectId);
+  private erasedInPartition(p: Partition, projectId: string, seq: number, held: boolean): void {
     p.published.delete(projectId);
     this.cp.erasure.snapshots.setFloor(p.n, seq);
-    if (p.writer) void (p.snapshotting ?? Promise.resolve()).then(() => this.snapshot(p));
+    if (p.writer) void p.fold.snapshot();
     // Its sealed rows, once this node's sealer wrote what it was writing (maybe a day of it). Not for a marker of an
     // earlier life of the id (a replay): the project exists again, and its rows are the new one's.
-    const sealer = p.sealer;
+    const sealer = p.fold.sealer;
     if (this.catalog.project(projectId) === undefined) {
       void (async () => {
         await sealer?.idle();
@@ -545,7 +555,7 @@ export class ClusterBackend implements Backend {
   seen(projectId: string, eventId: string, now: number): boolean {
     if (this.inflightIds.get(projectId)?.has(eventId)) return true;
     const p = this.partition(projectId);
-    return p.active && isDuplicate(p.state, projectId, eventId, now);
+    return p.active && isDuplicate(p.fold.state, projectId, eventId, now);
   }
 
   /**
@@ -554,7 +564,7 @@ export class ClusterBackend implements Backend {
    */
   usedThisMonth(projectId: string, now: number): number {
     const p = this.partition(projectId);
-    if (p.active && p.caughtUp) return storedThisMonth(p.state, projectId, now) + (this.inflightCounts.get(projectId) ?? 0);
+    if (p.active && p.caughtUp) return storedThisMonth(p.fold.state, projectId, now) + (this.inflightCounts.get(projectId) ?? 0);
     const published = this.cp.usage.get(projectId, utcMonthOf(now));
     if (published) {
       for (const [id, b] of this.inflight) {
@@ -581,7 +591,7 @@ export class ClusterBackend implements Backend {
       this.storageOk = true;
       b.seq = appended.seq;
       // Folded already (a fast follower), a transport repeat, or the same batch twice in flight: count it once.
-      if ((p.active && appended.seq <= p.state.lastSeq) || appended.duplicate || this.inflight.has(batchId)) this.release(b);
+      if ((p.active && appended.seq <= p.fold.state.lastSeq) || appended.duplicate || this.inflight.has(batchId)) this.release(b);
       else this.inflight.set(batchId, b);
       // Admitted just before the project was deleted, stored after its erasure began: erase this batch too.
       if (!this.catalog.project(projectId)) void this.erasure.erase(projectId).catch((err: unknown) => this.log(`project ${projectId}: erasure of a late batch failed (the timer retries): ${String(err)}`));
@@ -600,7 +610,7 @@ export class ClusterBackend implements Backend {
     if (this.fold === 'all' || (p.active && this.ownership?.serves(p.n) === true)) {
       const reached = await this.barrier(p);
       if (reached !== true) return reached;
-      return { value: answerRead({ state: p.state, sealed: this.sealedSource }, q) };
+      return { value: answerRead({ state: p.fold.state, sealed: this.sealedSource }, q) };
     }
     try {
       return { value: await this.cp.reads.request<MetricsResponse | RealtimeResponse, ReadQuery>(p.n, q) };
@@ -620,7 +630,7 @@ export class ClusterBackend implements Backend {
     if (!p.active || (question && !p.columns)) throw Object.assign(new Error(`partition ${p.n} is starting on its owner; retry in a moment`), { code: 'unavailable' });
     const reached = await this.barrier(p, READ_TIMEOUT_MS - FORWARD_REPLY_MARGIN_MS);
     if (reached !== true) throw Object.assign(new Error(reached.unavailable), { code: 'unavailable' });
-    if (!question) return answerRead({ state: p.state, sealed: this.sealedSource }, q);
+    if (!question) return answerRead({ state: p.fold.state, sealed: this.sealedSource }, q);
     if (!p.columns) throw Object.assign(new Error(`partition ${p.n} has no columns on its owner now; retry in a moment`), { code: 'unavailable' });
     return answerQuestion(p.columns, q);
   }
@@ -668,7 +678,7 @@ export class ClusterBackend implements Backend {
     } catch {
       return { unavailable: 'the event stream did not answer in time; retry in a moment' };
     }
-    if (p.state.lastSeq >= target) return true;
+    if (p.fold.state.lastSeq >= target) return true;
     p.follower?.behind?.(target);
     const reached = await new Promise<boolean>((resolve) => {
       const t = setTimeout(() => resolve(false), Math.max(1, deadline - Date.now()));
@@ -680,7 +690,7 @@ export class ClusterBackend implements Backend {
         },
       });
     });
-    return reached ? true : { unavailable: `partition ${p.n} is still folding (at ${p.state.lastSeq} of ${target}); retry in a moment` };
+    return reached ? true : { unavailable: `partition ${p.n} is still folding (at ${p.fold.state.lastSeq} of ${target}); retry in a moment` };
   }
 
   private barrierSeq(p: Partition): Promise<number> {
@@ -735,13 +745,13 @@ export class ClusterBackend implements Backend {
 
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, async () => {
-      for (const p of this.parts) if (p.writer && p.active && p.caughtUp && p.state.lastSeq !== p.snapshotSeq) await this.snapshot(p);
+      for (const p of this.parts) if (p.writer && p.active && p.caughtUp && p.fold.changed()) await p.fold.snapshotSoon();
     });
     every(COLUMN_FLUSH_MS, async () => {
       for (const p of this.parts) if (p.active) await p.columns?.flush();
     });
     every(PRUNE_EVERY_MS, () => {
-      for (const p of this.parts) pruneEventIds(p.state, this.now());
+      for (const p of this.parts) p.fold.prune(this.now());
     });
     every(INFLIGHT_SWEEP_MS, () => {
       const old = this.now() - INFLIGHT_FORGET_MS;
@@ -767,7 +777,7 @@ export class ClusterBackend implements Backend {
   async tickIdle(): Promise<void> {
     const now = this.now();
     for (const p of this.parts) {
-      if (!p.writer || !p.active || !p.caughtUp || p.state.projects.size === 0 || now - p.state.maxRt < TICK_IDLE_MS) continue;
+      if (!p.writer || !p.active || !p.caughtUp || p.fold.state.projects.size === 0 || now - p.fold.state.maxRt < TICK_IDLE_MS) continue;
       if (this.fold === 'owner' && this.ownership?.serves(p.n) !== true) continue;
       await this.cp.log.append(p.n, [{ t: 'k', rt: now }], `k:${p.n}:${now}`).catch((err: unknown) => this.log(`partition ${p.n}: clock tick failed: ${err instanceof Error ? err.message : String(err)}`));
     }
@@ -779,36 +789,18 @@ export class ClusterBackend implements Backend {
     const month = utcMonthOf(now);
     for (const p of this.parts) {
       if (!p.writer || !p.active || !p.caughtUp || this.ownership?.serves(p.n) !== true) continue;
-      for (const id of p.state.projects.keys()) {
+      for (const id of p.fold.state.projects.keys()) {
         const quota = this.catalog.project(id)?.monthlyQuota ?? 0;
         if (quota <= 0) continue;
-        const count = storedThisMonth(p.state, id, now);
+        const count = storedThisMonth(p.fold.state, id, now);
         if (p.published.get(id) === count) continue;
         p.published.set(id, count);
-        await this.cp.usage.publish(id, month, { count, seq: p.state.lastSeq }).catch((err: unknown) => {
+        await this.cp.usage.publish(id, month, { count, seq: p.fold.state.lastSeq }).catch((err: unknown) => {
           p.published.delete(id);
           this.log(`usage publish failed: ${err instanceof Error ? err.message : String(err)}`);
         });
       }
     }
-  }
-
-  /** A partition's snapshot in the shared store (named by its sequence, with the last batch id; it keeps a local copy). */
-  private snapshot(p: Partition): Promise<void> {
-    if (p.snapshotting) return p.snapshotting;
-    const run = (async () => {
-      const data = toSnapshot(p.state);
-      const batchId = p.lastBatchId;
-      p.sinceSnapshot = 0;
-      await this.cp.snapshots.write(p.n, data, batchId);
-      p.snapshotSeq = data.lastSeq;
-    })()
-      .catch((err: unknown) => this.log(`partition ${p.n}: snapshot failed: ${err instanceof Error ? err.message : String(err)}`))
-      .finally(() => {
-        p.snapshotting = undefined;
-      });
-    p.snapshotting = run;
-    return run;
   }
 
   async close(): Promise<void> {
@@ -822,7 +814,7 @@ export class ClusterBackend implements Backend {
     await Promise.all(this.parts.map((p) => p.follower?.stop()));
     for (const p of this.parts) for (const w of p.waiters) w.resolve(false);
     await this.sealingIdle();
-    await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.state.lastSeq !== p.snapshotSeq ? this.snapshot(p) : p.snapshotting)));
+    await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.fold.changed() ? p.fold.snapshotSoon() : p.fold.snapshotIdle())));
     await Promise.all(this.parts.map((p) => p.columnsDrop));
     await Promise.all(this.parts.map((p) => p.columns?.close().catch((err: unknown) => this.log(`partition ${p.n}: closing its columns failed: ${String(err)}`))));
     await this.cp.log.close();
@@ -830,11 +822,8 @@ export class ClusterBackend implements Backend {
     await this.cp.close();
   }
 
-  /**
-   * Tests: this node dies as a kill -9 would leave the cluster: no release, no snapshot, connections dropped; its
-   * leases expire by themselves. The faces stay up (answering 503 from health) until the service is stopped.
-   */
-  async crashForTests(): Promise<void> {
+  /** Dies as a kill -9 would leave the cluster (ClusterBackendOptions.crashable: tests only). */
+  private async crash(): Promise<void> {
     this.crashed = true;
     await this.ownership?.stop({ release: false });
     await Promise.all(this.parts.map((p) => p.follower?.stop()));
@@ -843,7 +832,7 @@ export class ClusterBackend implements Backend {
 
   stats(): { liveDays: number; sealedDays: number } {
     let liveDays = 0;
-    for (const p of this.parts) for (const ps of p.state.projects.values()) liveDays += ps.days.size;
+    for (const p of this.parts) for (const ps of p.fold.state.projects.values()) liveDays += ps.days.size;
     return { liveDays, sealedDays: this.cp.sealed.dayCount() };
   }
 
@@ -852,12 +841,12 @@ export class ClusterBackend implements Backend {
   }
 
   async sealingIdle(): Promise<void> {
-    await Promise.all(this.parts.map((p) => p.sealer?.idle()));
+    await Promise.all(this.parts.map((p) => p.fold.sealer.idle()));
   }
 
   /** Tests and benches: a snapshot of every partition folded here now, whoever holds the lease. */
   async snapshotNow(): Promise<void> {
-    await Promise.all(this.parts.filter((p) => p.active).map((p) => this.snapshot(p)));
+    await Promise.all(this.parts.filter((p) => p.active).map((p) => p.fold.snapshotSoon()));
   }
 
   /** Tests: which partitions this node answers reads for right now (fenced in). */

@@ -1,6 +1,7 @@
 // This file is long because the lease protocol (heartbeat, claim, renew, hand over, fence) is one state machine whose
 // steps must be read together to see that it is safe.
 import { randomBytes } from 'node:crypto';
+import type { FoldMode } from '../config.ts';
 import { preferredOwner } from '../core/hrw.ts';
 import { NODE_ID_PATTERN, type LeaseStore, type MemberInfo, type OwnersChange, type PartLease, type ReadyMark } from '../store/lease-store.ts';
 
@@ -37,9 +38,6 @@ export const EVAL_MS = 250;
  * dead to every node when it ends). Ages run on an "active clock": the observer's clock minus such silences.
  */
 export const WATCH_GAP_MS = 2_500;
-
-/** Who folds what: `owner` (each partition's owner folds it) or `all` (every node folds all; leases elect the snapshot writer). */
-export type FoldMode = 'owner' | 'all';
 
 export interface MemberView {
   info: MemberInfo | undefined;
