@@ -2,15 +2,24 @@
  * A day's visits (hash53(sessionId) -> the visit's visitor and the time of its first event), so the visitor a visit
  * counts for is the one its earliest event names (CONTRACT "GET /metrics": `users`), whatever order events arrive in.
  * Open addressing over typed arrays like number-table.ts: 24 bytes a visit at a load of at most 70 %. The key 0 (a
- * hash of probability 2^-53) lives in one extra slot past the table, which probing never reaches.
+ * hash of probability 2^-53) is kept in fields beside the table, which probing never reaches.
  */
 
 /** Grow past this load: linear probing stays short below it (as in number-table.ts). */
 const MAX_LOAD = 0.7;
-/** Smallest table: a day with one visit costs 17 slots, ~400 bytes. */
-const MIN_CAPACITY = 16;
+/**
+ * Smallest table: 8 slots (5 visits) make arrays of 64 bytes, which V8 keeps inside its heap; one slot more and each
+ * array is a separate native allocation with its own bookkeeping (~0.3 KB for a day of one visit, times thousands of
+ * small projects' live days).
+ */
+const MIN_CAPACITY = 8;
+/** A restored table this small is copied into fresh arrays (kept in V8's heap) instead of viewing the snapshot's. */
+const COPY_ON_RESTORE = MIN_CAPACITY;
 
-/** The table as it is in memory (capacity + 1 slots, 0 = empty): the snapshot form, restored without rehashing. */
+/**
+ * The table's snapshot form: capacity + 1 slots, 0 = empty, the key 0's visit in the last slot. Snapshots written
+ * before the zero visit moved into fields have this shape too, so both restore the same way.
+ */
 export interface RawVisitTable {
   keys: Float64Array;
   visitors: Float64Array;
@@ -25,16 +34,18 @@ export class VisitTable {
   private firsts: Float64Array;
   private mask: number;
   private hasZero = false;
+  private zeroVisitor = 0;
+  private zeroFirst = 0;
   size = 0;
 
   constructor(capacity = MIN_CAPACITY) {
-    this.keys = new Float64Array(capacity + 1);
-    this.visitors = new Float64Array(capacity + 1);
-    this.firsts = new Float64Array(capacity + 1);
+    this.keys = new Float64Array(capacity);
+    this.visitors = new Float64Array(capacity);
+    this.firsts = new Float64Array(capacity);
     this.mask = capacity - 1;
   }
 
-  /** The slot of visit `k`, or -1 when the day has no such visit. */
+  /** The slot of visit `k` (mask + 1 for the key 0), or -1 when the day has no such visit. */
   find(k: number): number {
     if (k === 0) return this.hasZero ? this.mask + 1 : -1;
     const keys = this.keys;
@@ -46,65 +57,77 @@ export class VisitTable {
   }
 
   visitorAt(slot: number): number {
-    return this.visitors[slot]!;
+    return slot > this.mask ? this.zeroVisitor : this.visitors[slot]!;
   }
 
   firstAt(slot: number): number {
-    return this.firsts[slot]!;
+    return slot > this.mask ? this.zeroFirst : this.firsts[slot]!;
   }
 
   /** A visit's visitor moves to an event earlier than its first one. */
   setAt(slot: number, visitor: number, first: number): void {
+    if (slot > this.mask) {
+      this.zeroVisitor = visitor;
+      this.zeroFirst = first;
+      return;
+    }
     this.visitors[slot] = visitor;
     this.firsts[slot] = first;
   }
 
   /** Adds visit `k` (absent: see find). */
   add(k: number, visitor: number, first: number): void {
-    let i: number;
     if (k === 0) {
       this.hasZero = true;
-      i = this.mask + 1;
+      this.zeroVisitor = visitor;
+      this.zeroFirst = first;
     } else {
-      i = (k >>> 0) & this.mask;
+      let i = (k >>> 0) & this.mask;
       while (this.keys[i] !== 0) i = (i + 1) & this.mask;
       this.keys[i] = k;
+      this.visitors[i] = visitor;
+      this.firsts[i] = first;
     }
-    this.visitors[i] = visitor;
-    this.firsts[i] = first;
     if (++this.size > (this.mask + 1) * MAX_LOAD) this.grow();
   }
 
   private grow(): void {
-    const { keys, visitors, firsts, hasZero } = this;
-    const zero = this.mask + 1;
+    const { keys, visitors, firsts } = this;
     const capacity = (this.mask + 1) * 2;
-    this.keys = new Float64Array(capacity + 1);
-    this.visitors = new Float64Array(capacity + 1);
-    this.firsts = new Float64Array(capacity + 1);
+    this.keys = new Float64Array(capacity);
+    this.visitors = new Float64Array(capacity);
+    this.firsts = new Float64Array(capacity);
     this.mask = capacity - 1;
-    this.size = 0;
-    this.hasZero = false;
-    for (let j = 0; j < zero; j++) if (keys[j] !== 0) this.add(keys[j]!, visitors[j]!, firsts[j]!);
-    if (hasZero) this.add(0, visitors[zero]!, firsts[zero]!);
+    this.size = this.hasZero ? 1 : 0;
+    for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) this.add(keys[j]!, visitors[j]!, firsts[j]!);
   }
 
-  /** A copy of the table itself (three memcpys, no per-key work). */
+  /** A copy of the table in its snapshot form (three copies, no per-key work). */
   raw(): RawVisitTable {
-    return { keys: this.keys.slice(), visitors: this.visitors.slice(), firsts: this.firsts.slice(), hasZero: this.hasZero, size: this.size };
+    const out = (a: Float64Array, zero: number): Float64Array => {
+      const r = new Float64Array(a.length + 1);
+      r.set(a);
+      r[a.length] = this.hasZero ? zero : 0;
+      return r;
+    };
+    return { keys: out(this.keys, 0), visitors: out(this.visitors, this.zeroVisitor), firsts: out(this.firsts, this.zeroFirst), hasZero: this.hasZero, size: this.size };
   }
 
   static fromRaw(r: RawVisitTable): VisitTable {
     const capacity = r.keys.length - 1;
-    if (capacity < MIN_CAPACITY || (capacity & (capacity - 1)) !== 0 || r.visitors.length !== r.keys.length || r.firsts.length !== r.keys.length) {
+    if (capacity < 1 || (capacity & (capacity - 1)) !== 0 || r.visitors.length !== r.keys.length || r.firsts.length !== r.keys.length) {
       throw new Error('a visit table of an impossible shape');
     }
     const t = new VisitTable(0);
-    t.keys = r.keys;
-    t.visitors = r.visitors;
-    t.firsts = r.firsts;
+    // Small tables get arrays of their own (in V8's heap); large ones view the snapshot's arrays without the last slot.
+    const take = (a: Float64Array): Float64Array => (capacity <= COPY_ON_RESTORE ? a.slice(0, capacity) : a.subarray(0, capacity));
+    t.keys = take(r.keys);
+    t.visitors = take(r.visitors);
+    t.firsts = take(r.firsts);
     t.mask = capacity - 1;
     t.hasZero = r.hasZero;
+    t.zeroVisitor = r.hasZero ? r.visitors[capacity]! : 0;
+    t.zeroFirst = r.hasZero ? r.firsts[capacity]! : 0;
     t.size = r.size;
     return t;
   }
