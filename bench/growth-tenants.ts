@@ -30,7 +30,7 @@ try {
   const server = new BenchChild(WORKER, { nodeArgs: NODE_ARGS });
   try {
     const served = await server.call<{ startMs: number; rssBytes: number }>('serve', { dir, adminKey: build.adminKey });
-    const mem = await server.call<{ rssBytes: number; anonBytes: number; heapUsedBytes: number }>('memory');
+    const mem = await server.call<{ rssBytes: number; anonBytes: number; heapUsedBytes: number; arrayBuffersBytes: number }>('memory');
     await server.call('stop');
     const mib = (b: number) => Math.round(b / 2 ** 20);
     console.log(
@@ -46,6 +46,7 @@ try {
         rssLaterMiB: mib(mem.rssBytes),
         anonMiB: mib(mem.anonBytes),
         heapMiB: mib(mem.heapUsedBytes),
+        arrayBuffersMiB: mib(mem.arrayBuffersBytes),
       }),
     );
   } finally {

@@ -170,7 +170,8 @@ serveCommands({
     gc();
     // Anonymous RSS is what the process holds itself; LMDB's mapped pages (file-backed) are the page cache's.
     const anon = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
-    return { rssBytes: process.memoryUsage().rss, anonBytes: anon ? Number(anon[1]) * 1024 : 0, heapUsedBytes: process.memoryUsage().heapUsed };
+    const m = process.memoryUsage();
+    return { rssBytes: m.rss, anonBytes: anon ? Number(anon[1]) * 1024 : 0, heapUsedBytes: m.heapUsed, arrayBuffersBytes: m.arrayBuffers };
   },
   async snapshotNow() {
     const t = performance.now();
