@@ -48,6 +48,21 @@ export interface DictChoice {
   dict: Dictionary | undefined;
 }
 
+/** A dictionary build's progress through the log's tail, newest entry first. */
+interface TailScan {
+  exclude: string | undefined;
+  parts: Buffer[];
+  projects: Set<string>;
+  size: number;
+  skipped: number;
+  /** the lowest key read so far (undefined: none yet) */
+  below: number | undefined;
+}
+
+function newScan(exclude: string | undefined): TailScan {
+  return { exclude, parts: [], projects: new Set(), size: 0, skipped: 0, below: undefined };
+}
+
 /** The log's dictionaries: which exist, building a new one when due, decoding them, and decompressing entries. */
 export class LogDictionaries {
   /** log dictionaries known, oldest first (see DICT_FIRST) */
@@ -86,34 +101,56 @@ export class LogDictionaries {
     const newest = this.infos[this.infos.length - 1];
     const due = newest === undefined ? DICT_FIRST : newest.from < DICT_EVERY ? newest.from * 10 : newest.from + DICT_EVERY;
     if (last >= due || exclude !== undefined) {
-      const built = this.build(exclude);
-      if (built) {
-        const meta = this.env.meta;
-        const id = ((meta.get(DICT_LAST_ID) as number | undefined) ?? 0) + 1;
-        const info: DictInfo = { id, from: last, projects: built.projects, crc: crc32(built.bytes) };
-        meta.putSync(DICT_LAST_ID, info.id);
-        meta.putSync(`${DICT_PREFIX}${info.id}`, built.bytes);
-        this.infos = [...this.infos, info];
-        meta.putSync(DICTS_KEY, this.infos);
-        for (const k of [DICT_LAST_ID, `${DICT_PREFIX}${info.id}`, DICTS_KEY]) this.env.touch('meta', k);
-        this.decoded.set(info.id, new Dictionary(built.bytes));
-      }
+      const scan = newScan(exclude);
+      this.scanTail(scan, Infinity);
+      this.adopt(last, scan);
     }
+    return this.newest();
+  }
+
+  /**
+   * Erasure's dictionary without `exclude`'s records, built outside any write transaction in slices of `sliceMs` with
+   * a turn between them (the scan may decode thousands of the project's entries), then stored in one short transaction.
+   * Entries appended meanwhile with an older dictionary are found by the erasure's scan, which runs after this.
+   */
+  async replaceWithout(exclude: string, sliceMs: number): Promise<void> {
+    const scan = newScan(exclude);
+    while (!this.scanTail(scan, performance.now() + sliceMs)) await new Promise((resolve) => setImmediate(resolve));
+    await this.env.log.transaction(() => this.adopt(this.env.lastKey(), scan));
+  }
+
+  private newest(): { id: number; dict: Dictionary } | undefined {
     const use = this.infos[this.infos.length - 1];
     return use ? { id: use.id, dict: this.get(use.id, use.id) } : undefined;
   }
 
+  /** Stores the dictionary a scan found (inside a write transaction), built at sequence `last`. */
+  private adopt(last: number, scan: TailScan): void {
+    if (scan.size === 0) return;
+    const all = Buffer.concat(scan.parts);
+    const bytes = Buffer.from(all.subarray(Math.max(0, all.length - MAX_DICTIONARY)));
+    const meta = this.env.meta;
+    const id = ((meta.get(DICT_LAST_ID) as number | undefined) ?? 0) + 1;
+    const info: DictInfo = { id, from: last, projects: [...scan.projects].sort(), crc: crc32(bytes) };
+    meta.putSync(DICT_LAST_ID, info.id);
+    meta.putSync(`${DICT_PREFIX}${info.id}`, bytes);
+    this.infos = [...this.infos, info];
+    meta.putSync(DICTS_KEY, this.infos);
+    for (const k of [DICT_LAST_ID, `${DICT_PREFIX}${info.id}`, DICTS_KEY]) this.env.touch('meta', k);
+    this.decoded.set(info.id, new Dictionary(bytes));
+  }
+
   /**
-   * The raw msgpack of the newest entries (tombstones and first-format records skipped, and entries holding
-   * `exclude`'s records), newest last, cut to MAX_DICTIONARY bytes from the end; with the projects it holds.
+   * Gathers the raw msgpack of the newest entries (tombstones and first-format records skipped, and entries holding
+   * `exclude`'s records), newest last, until MAX_DICTIONARY bytes, from where the scan stopped; with the projects they
+   * hold. Returns whether the scan is done (false: `until` came first).
    */
-  private build(exclude?: string): { bytes: Buffer; projects: string[] } | undefined {
-    const parts: Buffer[] = [];
-    const projects = new Set<string>();
-    let size = 0;
-    let skipped = 0;
-    for (const { key, value } of this.env.raw.getRange({ reverse: true })) {
-      if (key === STRUCTURES_KEY || key < this.env.start || size >= MAX_DICTIONARY) break;
+  private scanTail(scan: TailScan, until: number): boolean {
+    const range = scan.below === undefined ? { reverse: true } : { reverse: true, start: scan.below - 1 };
+    for (const { key, value } of this.env.raw.getRange(range)) {
+      if (key === STRUCTURES_KEY || key < this.env.start || scan.size >= MAX_DICTIONARY) return true;
+      if (performance.now() >= until) return false; // this entry is read again by the next slice
+      scan.below = key;
       const e = unwrap(value);
       if (!e || e[0] === KIND_TOMBSTONE) continue;
       let raw: Buffer;
@@ -125,17 +162,16 @@ export class LogDictionaries {
       } catch {
         continue; // damage is reported by the verifying reader, not here
       }
-      if (exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === exclude)) {
-        if (++skipped >= DICT_SCAN_SKIPPED) break; // the project fills the log's tail: a smaller dictionary will do
+      if (scan.exclude !== undefined && records.some((r) => r.t !== 'x' && r.p === scan.exclude)) {
+        if (++scan.skipped >= DICT_SCAN_SKIPPED) return true; // the project fills the log's tail: a smaller dictionary will do
         continue;
       }
-      for (const r of records) if (r.t !== 'x') projects.add(r.p);
-      parts.unshift(raw.length > MAX_DICTIONARY ? raw.subarray(raw.length - MAX_DICTIONARY) : raw);
-      size += raw.length;
+      for (const r of records) if (r.t !== 'x') scan.projects.add(r.p);
+      // a copy of its own: the scan may go on in a later turn, in a read transaction of its own
+      scan.parts.unshift(Buffer.from(raw.length > MAX_DICTIONARY ? raw.subarray(raw.length - MAX_DICTIONARY) : raw));
+      scan.size += raw.length;
     }
-    if (size === 0) return undefined;
-    const all = Buffer.concat(parts);
-    return { bytes: Buffer.from(all.subarray(Math.max(0, all.length - MAX_DICTIONARY))), projects: [...projects].sort() };
+    return true;
   }
 
   /** A log dictionary by id, decoded once (bounded cache); LogDamage at `seq` when it is missing or damaged. */

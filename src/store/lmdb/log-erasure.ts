@@ -59,7 +59,7 @@ export class LogErasure {
     const ofProject = (r: LogRecord) => r.t !== 'x' && r.p === projectId;
     const tainted = this.dicts.holding(projectId);
     // 0. a dictionary without the project first, so appends from now on and the rewrites below use it
-    if (tainted.size > 0) await env.log.transaction(() => void this.dicts.forAppend(env.lastKey(), projectId));
+    if (tainted.size > 0) await this.dicts.replaceWithout(projectId, ERASE_SLICE_MS);
     // 1. which entries hold the project's records or use a dictionary that does (verified as read: erasure never
     // rewrites a damaged entry); a fresh range per slice, so no read transaction is held across turns
     const keys: number[] = [];
