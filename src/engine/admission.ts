@@ -161,7 +161,7 @@ export class Admission {
     return { ok: true, value: { project, rate } };
   }
 
-  /** The gate of a read whose project is not known yet (a body that did not parse): any key but pk_. */
+  /** The gate of a read whose project is not known yet (a body that did not parse): every key but pk_. */
   private admitReader(meta: RequestMeta): AdmittedKey {
     const admitted = this.admit(meta);
     if (!admitted.ok) return admitted;

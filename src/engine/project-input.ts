@@ -58,7 +58,7 @@ export function normalizeOrigin(s: string): string {
   return new URL(s).origin;
 }
 
-/** The body of PATCH /projects/{id} (and UpdateProject): any field of creation but `timezone` (days are counted in it). */
+/** The body of PATCH /projects/{id} (and UpdateProject): every field of creation but `timezone` (days are counted in it). */
 export const UpdateProjectSchema = z.strictObject({
   name: z.string().trim().min(1).max(MAX_PROJECT_NAME).optional(),
   allowed_origins: z.array(origin).max(MAX_ALLOWED_ENTRIES).optional(),

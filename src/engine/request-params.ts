@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { PageQuery } from './types.ts';
 
 /**
- * The query parameters of every JSON endpoint, one strict schema per route and method: any other parameter is a 400
+ * The query parameters of every JSON endpoint, one strict schema per route and method: every other parameter is a 400
  * `invalid_request` naming it (a misspelt `?period=7d` must not silently answer today). The values are checked by
  * the engine (dates, ranges, ids); these schemas only say which names exist. `/health`, `/script.js` (a cache-busting
  * `?v=` is fine) and the dashboard take any query. Kept in one file so the OpenAPI document can be generated from it.
