@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LogStore } from '../src/store/lmdb/log-store.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The
@@ -29,7 +30,7 @@ const ADMIN = 'ak_bench_erase_0123456789abcdef0123456789';
 const MARKER = 'doomed-marker-7f3a';
 
 function start(dataDir: string): Promise<{ proc: ChildProcess; url: string; output: () => string }> {
-  const proc = spawn(process.execPath, [...(process.env.ERASE_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.ERASE_PROF}`] : []), '--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, [...(process.env.ERASE_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.ERASE_PROF}`] : []), ...nodeArgsFor('main.ts')], {
     env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: ADMIN, ANALYTICS_QUIET: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

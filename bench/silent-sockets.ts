@@ -5,6 +5,7 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Agent, request } from 'node:http';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * Issue 17's goal: with 5,000 silent sockets open on each port, a healthy client's p99 stays within 20 % of its p99
@@ -18,7 +19,7 @@ const SAMPLES = 3000;
 const ROUNDS = 3;
 
 const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-silent-'));
-const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
   cwd: path.resolve(import.meta.dirname, '..'),
   env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: `ak_${randomBytes(24).toString('base64url')}`, ANALYTICS_QUIET: '0' },
   stdio: ['ignore', 'pipe', 'inherit'],

@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * `npm run soak`: SIGKILL-and-restart cycles of the real service (`src/main.ts`) under concurrent writers, half of
@@ -22,7 +23,7 @@ interface Child {
 }
 
 function startChild(dataDir: string, adminKey: string): Promise<Child> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     cwd: ROOT,
     env: {
       ...process.env,

@@ -1,7 +1,12 @@
 #!/usr/bin/env node
-// The `analytics` command. One process: tsx's loader is registered in this process (no child), so a signal sent to
-// this PID reaches the service itself.
-import { register } from 'tsx/esm/api';
+// The `analytics` command. It runs the compiled CLI when dist/ is current (bin/build.mjs), else the source with tsx's
+// loader registered in this process (no child), so a signal sent to this PID reaches the service itself.
+import { distIsFresh } from './dist.mjs';
 
-register();
-await import('../src/cli/main.ts');
+if (distIsFresh()) {
+  await import('../dist/cli/main.js');
+} else {
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import('../src/cli/main.ts');
+}

@@ -10,6 +10,7 @@ import { startService, type RunningService } from '../src/service.ts';
 import { partitionOf, resourceNames } from '../src/store/nats/resources.ts';
 import { api, createProject, type CreatedProject } from './helpers.ts';
 import { clusterNodeEnv, startNatsCluster, TEST_PARTITIONS, type NatsCluster } from './nats-cluster.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * Cluster mode under faults (CLUSTER.md §10, §11 test 4; issue 15's goals): kill -9 the stream leader, or a service
@@ -109,7 +110,7 @@ interface ChildNode {
 }
 
 function startChildNode(env: Record<string, string>): Promise<ChildNode> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     env: { ...process.env, ...env, ANALYTICS_QUIET: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -180,7 +180,9 @@ describe('questions in cluster mode', () => {
     // The old owner restarts on its data directory: its columns resume from their marker, it takes the partition back.
     const restarted = await startNode(owner.id, tag, key, owner.dataDir);
     if (owner === a) a = restarted;
-    await waitForValue(`${restarted.id} serving partition ${n} again`, () => (restarted.backend.serving().includes(n) ? true : undefined), MOVE_DEADLINE_MS);
+    await waitForValue(`${restarted.id} serving partition ${n} again`, () => (restarted.backend.serving().includes(n) ? true : undefined), MOVE_DEADLINE_MS).catch((err: Error) => {
+      throw new Error(`${err.message}; ${restarted.id} said: ${restarted.logs.join(' | ')}; ${other.id} said: ${other.logs.slice(-20).join(' | ')}`);
+    });
     assert.deepEqual(await answers(other.url, pc.keys.secret), expected2, `forwarded to the restarted owner (its log: ${restarted.logs.filter((l) => l.includes('columns')).join(' | ')})`);
     assert.deepEqual(await answers(restarted.url, pc.keys.secret), expected2, 'answered by the restarted owner');
     assert.ok(restarted.logs.some((l) => l.startsWith(`partition ${n}: columns at sequence `)), `the restarted owner's columns were behind the newest snapshot: ${restarted.logs.join(' | ')}`);

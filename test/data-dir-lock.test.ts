@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { askHolder, DataDirHeld, holdDataDir, HOLDER_FILE, releaseDataDir } from '../src/store/files/data-dir-lock.ts';
 import { api, createProject } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * One process per data directory, with real processes: a second service, `rebuild` and `repair` on a directory a
@@ -68,10 +69,10 @@ test('a second service, rebuild and repair are refused beside a live service; ch
     // the holder answers who it is on the socket, and names itself in the directory
     const holder = await askHolder(dir);
     assert.equal(holder?.pid, first.proc.pid);
-    assert.match(holder!.command, /src\/main\.ts/);
+    assert.match(holder!.command, /(src\/main\.ts|dist\/main\.js)$/);
 
     // a second service: exit 1 at once, naming the directory and the first one's pid
-    const second = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    const second = spawn(process.execPath, nodeArgsFor('main.ts'), {
       cwd: ROOT,
       env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: ADMIN, ANALYTICS_QUIET: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -82,7 +83,7 @@ test('a second service, rebuild and repair are refused beside a live service; ch
     second.stdout!.on('data', (c: Buffer) => (secondOut += c.toString()));
     assert.equal(await exited(second), 1);
     assert.ok(secondErr.includes(dir) || secondErr.includes(path.basename(dir)), secondErr);
-    assert.match(secondErr, new RegExp(`pid ${first.proc.pid} \\(.*src/main\\.ts`));
+    assert.match(secondErr, new RegExp(`pid ${first.proc.pid} \\(.*(src/main\\.ts|dist/main\\.js)`));
     assert.doesNotMatch(secondOut, /HTTP http/, 'it never served');
 
     // rebuild and repair refused; read-only commands work beside it (all four at once: each starts node and tsx)

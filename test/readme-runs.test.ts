@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * The README's shell blocks fenced as ```sh runnable run in order, as written, with bash on a fresh data directory
@@ -54,7 +55,7 @@ function expectedStatuses(blocks: Block[]): Array<{ want: string; where: string 
 function startService(dataDir: string): Promise<{ proc: ReturnType<typeof spawn>; port: number; output: () => string }> {
   const env: Record<string, string | undefined> = { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_QUIET: '0' };
   delete env.ANALYTICS_ADMIN_KEY; // the quickstart reads the generated storage/admin.key
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
   return new Promise((resolve, reject) => {

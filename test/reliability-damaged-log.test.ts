@@ -9,6 +9,7 @@ import { check } from '../src/engine/maintenance.ts';
 import { LogStore, type StoredEntries } from '../src/store/lmdb/log-store.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * Issue 17, row 5: a damaged log was served as if healthy (26,145 of 35,000 events, nothing logged). Now every log
@@ -22,7 +23,7 @@ const BATCHES = 30;
 const PER_BATCH = 100;
 
 function startProcess(dataDir: string, adminKey: string): Promise<{ code: number | null; output: string; url?: string; kill: () => void }> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

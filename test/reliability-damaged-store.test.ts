@@ -8,6 +8,7 @@ import { MAGIC } from '../src/store/files/snapshot-format.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * Damage to the store's own files is named, never silent: one damaged remembered eventId no longer makes every
@@ -113,7 +114,7 @@ test('damaged LMDB pages (meta page, cut short, a garbled page): the service ref
       cpSync(svc.dataDir, dir, { recursive: true });
       const file = path.join(dir, 'analytics.lmdb');
       writeFileSync(file, damage(readFileSync(file)));
-      const started = await runToEnd(['--import', 'tsx', 'src/main.ts'], { ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: svc.adminKey });
+      const started = await runToEnd(nodeArgsFor('main.ts'), { ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: svc.adminKey });
       assert.equal(started.signal, null, `${name}: no crash`);
       assert.equal(started.code, 1, `${name}: refused, exit 1: ${started.output}`);
       assert.ok(started.output.includes(`${file} is damaged`), `${name}: names the file: ${started.output}`);

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { pv } from './contract-helpers.ts';
 import { api, createProject } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
 /**
  * A data directory the service cannot write is named in one line (the path and the cause), exit 1, no stack; a final
@@ -19,7 +20,7 @@ import { startServiceProcess } from './service-process.ts';
 const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
 
 function run(dataDir: string): Promise<{ code: number | null; output: string }> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { nodeArgsFor } from '../bin/dist.mjs';
 
-/** A real service process (`node --import tsx src/main.ts`) on free ports, for tests that kill, signal or starve it. */
+/** A real service process (dist/main.js when built, else `node --import tsx src/main.ts`) on free ports, for tests that kill, signal or starve it. */
 export interface ServiceProcess {
   proc: ChildProcess;
   url: string;
@@ -11,7 +12,7 @@ export interface ServiceProcess {
 
 /** Starts the service on `dataDir` and resolves once it prints its addresses; rejects if it exits first. */
 export function startServiceProcess(dataDir: string, adminKey: string, env: Record<string, string> = {}): Promise<ServiceProcess> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     env: { ...process.env, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

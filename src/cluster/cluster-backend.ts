@@ -481,8 +481,20 @@ export class ClusterBackend implements Backend {
   private caughtUp(p: Partition): void {
     if (p.caughtUp) return;
     p.caughtUp = true;
-    if (this.fold === 'owner') void this.ownership?.markReady(p.n).catch((err: unknown) => this.log(`partition ${p.n}: ready mark failed: ${String(err)}`));
+    if (this.fold === 'owner') this.markReady(p, p.generation);
     if (p.writer && p.fold.changed()) void p.fold.snapshotSoon(); // CLUSTER.md §5: after catching up a new partition
+  }
+
+  /**
+   * Tells the current owner this standby may take p over. A mark that fails (the owners bucket busy or in a leader
+   * failover) is tried again while p is still folded here: without it the owner never hands p back.
+   */
+  private markReady(p: Partition, gen: number): void {
+    this.ownership?.markReady(p.n).catch((err: unknown) => {
+      const again = gen === p.generation && p.active && !this.closing;
+      this.log(`partition ${p.n}: ready mark failed: ${String(err)}${again ? `; retried in ${START_RETRY_MS} ms` : ''}`);
+      if (again) setTimeout(() => void (gen === p.generation && p.active && !this.closing && this.markReady(p, gen)), START_RETRY_MS).unref();
+    });
   }
 
   /** One stream entry into the partition's fold, in order (the follower drops anything at or below lastSeq). */
