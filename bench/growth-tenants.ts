@@ -2,13 +2,19 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
+import { startOutside } from './lib/service-outside.ts';
 import type { BuildResult } from './growth/growth-worker.ts';
 
 /**
  * `npx tsx bench/growth-tenants.ts [--events=2000000] [--projects=10000] [--days=365]`: only state (b) of
  * `npm run bench -- --growth` (many projects, Zipf traffic, a year), at any size: built through the real reducer and
- * sealer, then started in a fresh service process (startup to serving, RSS and heap after a full GC). One JSON line.
+ * sealer, then served as a user runs it (`node dist/main.js`), stopped and restarted: restart to the first /health
+ * 200 and the anonymous RSS after it settles, measured from outside (`outside*`); then once more in a bench process
+ * for the heap's share (startup to serving, RSS and heap after a full GC). One JSON line.
  */
+
+/** After a restart, memory is read once the service has been idle this long (timers have run, the start's garbage is collected). */
+const SETTLE_MS = 3_000;
 
 const arg = (name: string, dflt: number) => {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
@@ -27,6 +33,12 @@ try {
   } finally {
     await builder.stop();
   }
+  const first = await startOutside(dir, build.adminKey);
+  await first.stop();
+  const again = await startOutside(dir, build.adminKey);
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
+  const outside = { startMs: again.startMs, anonBytes: again.anonBytes(), rssBytes: again.rssBytes() };
+  await again.stop();
   const server = new BenchChild(WORKER, { nodeArgs: NODE_ARGS });
   try {
     const served = await server.call<{ startMs: number; rssBytes: number }>('serve', { dir, adminKey: build.adminKey });
@@ -41,6 +53,9 @@ try {
         liveDays: build.liveDays,
         sealedDays: build.sealedDays,
         snapshotMiB: mib(build.snapshotBytes),
+        outsideRestartMs: Math.round(outside.startMs),
+        outsideAnonMiB: mib(outside.anonBytes),
+        outsideRssMiB: mib(outside.rssBytes),
         startMs: Math.round(served.startMs),
         rssMiB: mib(served.rssBytes),
         rssLaterMiB: mib(mem.rssBytes),

@@ -1,8 +1,10 @@
 import { toBinary } from '@bufbuild/protobuf';
 import type { DescFile } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import type { Server, ServiceDefinition, UntypedServiceImplementation } from '@grpc/grpc-js';
 import type { ReflectionService } from '@grpc/reflection';
 import { service as healthService } from 'grpc-health-check';
+import { createRequire } from 'node:module';
 
 /**
  * @grpc/reflection reads the `fileDescriptorProtos` of a proto-loader package definition. The generated code
@@ -34,4 +36,50 @@ export function reflectionPackage(file: DescFile): PackageDefinition {
   const healthRequest = healthService.Check?.requestType;
   if (healthRequest !== undefined) definition['grpc.health.v1.HealthCheckRequest'] = healthRequest;
   return definition;
+}
+
+/** The reflection versions @grpc/reflection serves, by package (grpcurl asks v1, older tools v1alpha). */
+const REFLECTION_PACKAGES = ['grpc.reflection.v1', 'grpc.reflection.v1alpha'] as const;
+
+/**
+ * Serves reflection without loading it at start: @grpc/reflection parses its own .proto files with proto-loader when
+ * it is added to a server (~70 ms of every start, for a service a person asks with grpcurl now and then). The two
+ * methods are declared here with the paths the protocol fixes; the package is loaded (synchronously, it is CommonJS)
+ * and its definitions and handlers are taken over at the first reflection call.
+ */
+export function addLazyReflection(server: Pick<Server, 'addService'>, definition: () => PackageDefinition): void {
+  let loaded: Map<string, { method: ServiceDefinition[string]; handler: UntypedServiceImplementation[string] }> | undefined;
+  const load = () => {
+    if (loaded) return loaded;
+    const { ReflectionService: Reflection } = createRequire(import.meta.url)('@grpc/reflection') as typeof import('@grpc/reflection');
+    const found = new Map<string, { method: ServiceDefinition[string]; handler: UntypedServiceImplementation[string] }>();
+    new Reflection(definition()).addToServer({
+      addService(service: ServiceDefinition, implementation: UntypedServiceImplementation) {
+        for (const [name, method] of Object.entries(service)) found.set(method.path, { method, handler: implementation[name]! });
+      },
+    } as unknown as Server);
+    loaded = found;
+    return found;
+  };
+  for (const pkg of REFLECTION_PACKAGES) {
+    const path = `/${pkg}.ServerReflection/ServerReflectionInfo`;
+    const real = () => {
+      const m = load().get(path);
+      if (!m) throw new Error(`@grpc/reflection no longer serves ${path}`);
+      return m;
+    };
+    const method = {
+      path,
+      requestStream: true,
+      responseStream: true,
+      originalName: 'serverReflectionInfo',
+      requestSerialize: (value: unknown) => real().method.requestSerialize(value),
+      requestDeserialize: (bytes: Buffer) => real().method.requestDeserialize(bytes),
+      responseSerialize: (value: unknown) => real().method.responseSerialize(value),
+      responseDeserialize: (bytes: Buffer) => real().method.responseDeserialize(bytes),
+    };
+    server.addService({ ServerReflectionInfo: method } as ServiceDefinition, {
+      ServerReflectionInfo: ((call: unknown, callback: unknown) => (real().handler as (c: unknown, cb: unknown) => void)(call, callback)) as UntypedServiceImplementation[string],
+    });
+  }
 }

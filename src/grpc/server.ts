@@ -2,7 +2,6 @@ import { create } from '@bufbuild/protobuf';
 import type { DescMessage, Message, MessageShape } from '@bufbuild/protobuf';
 import { Server, ServerCredentials, status } from '@grpc/grpc-js';
 import type { ServerUnaryCall, sendUnaryData } from '@grpc/grpc-js';
-import { ReflectionService } from '@grpc/reflection';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import {
   AnalyticsService,
@@ -37,7 +36,7 @@ import { addHealthService } from './health-service.ts';
 import { ingestStreamHandler } from './ingest-stream.ts';
 import type { StreamDrain } from './ingest-stream.ts';
 import { createdGoalMessage, funnelBody, funnelMessage, goalBody, goalsMessage, queryBody, queryMessage } from './questions.ts';
-import { reflectionPackage } from './reflection.ts';
+import { addLazyReflection, reflectionPackage } from './reflection.ts';
 import { requestMeta } from './request-meta.ts';
 import { createKeyBody, createProjectBody, decode, eventsToPlain, metricsQuery, realtimeQuery, updateProjectBody } from './request-to-plain.ts';
 import {
@@ -266,7 +265,7 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
 
   // '' is the whole server, as health-checking clients ask by default.
   const health = addHealthService(server, ['', AnalyticsService.typeName]);
-  new ReflectionService(reflectionPackage(file_analytics_v1_analytics)).addToServer(server);
+  addLazyReflection(server, () => reflectionPackage(file_analytics_v1_analytics));
 
   // grpc-js hides its sockets and has no handshake deadline, so the face owns the TCP listener: each connection passes
   // the guard (caps, and the HTTP/2 preface within the deadline) before it is handed to grpc-js.

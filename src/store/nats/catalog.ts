@@ -1,4 +1,4 @@
-import type { KV, KvEntry } from '@nats-io/kv';
+import { Bucket, type KV, type KvEntry } from '@nats-io/kv';
 import type { KeyRecord, ProjectRecord } from '../records.ts';
 import type { Catalog } from '../seams.ts';
 import { KvMirror } from './kv-mirror.ts';
@@ -68,6 +68,9 @@ export class KvCatalog implements Catalog {
     kv: KV,
     opts: { log?: (line: string) => void; beforeDeleteProject?: (projectId: string) => Promise<void>; onOtherKey?: (e: KvEntry) => void } = {},
   ): Promise<KvCatalog> {
+    // Its gets must see the newest write (a key another node created a moment ago, read by refreshKey before a 401):
+    // a direct get may be answered by a replica that has not applied it yet, a get through the stream leader has.
+    if (kv instanceof Bucket) kv.direct = false;
     const c = new KvCatalog(kv, opts.log ?? (() => {}), opts.beforeDeleteProject, opts.onOtherKey);
     c.mirror = await KvMirror.open(kv, { name: 'catalog mirror', apply: (e) => (e.key.startsWith(PROJECT) || e.key.startsWith(KEY) ? c.apply(e) : c.onOtherKey?.(e)), log: c.log });
     return c;
