@@ -1,23 +1,53 @@
 #!/usr/bin/env node
-// Compiles src/ into dist/ (tsconfig.build.json), so `npm start`, the `analytics` command and the processes the tests
-// spawn run JavaScript instead of loading TypeScript through tsx. `--if-stale` does nothing when dist/ is current.
+// Compiles src/ into dist/, file by file (esbuild, a production dependency: a host installed with --omit=dev builds
+// too), so `npm start`, the `analytics` command and the processes the tests spawn run JavaScript instead of loading
+// TypeScript through tsx. Types are checked by `npm run typecheck`, not here. `--if-stale` does nothing when dist/ is
+// current.
 // The build is written beside dist/ and swapped in whole: a process starting meanwhile sees the old build or none
 // (then it runs the source through tsx), never half of one.
-import { spawnSync } from 'node:child_process';
+import * as esbuild from 'esbuild';
 import { cpSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { DIST, ROOT, SRC, STAMP, distIsFresh } from './dist.mjs';
+import { DIST, SRC, STAMP, distIsFresh, sourceHash } from './dist.mjs';
 
 if (process.argv.includes('--if-stale') && distIsFresh()) process.exit(0);
 
 const startedAt = Date.now();
+const sha256 = sourceHash();
 const tmp = `${DIST}.tmp-${process.pid}`;
 rmSync(tmp, { recursive: true, force: true });
-const tsc = path.join(ROOT, 'node_modules/typescript/bin/tsc');
-const run = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tsconfig.build.json'), '--outDir', tmp], { cwd: ROOT, stdio: 'inherit' });
-if (run.status !== 0) {
+/** Every .ts file of src/ but type declarations: each is its own entry, so dist/ mirrors src/ file for file. */
+function sources(dir) {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = path.join(dir, e.name);
+    return e.isDirectory() ? sources(p) : e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [p] : [];
+  });
+}
+try {
+  await esbuild.build({
+    entryPoints: sources(SRC),
+    outdir: tmp,
+    outbase: SRC,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    sourcemap: true,
+    logLevel: 'warning',
+    // bundle only to rewrite imports: every import stays an import (packages as they are, our files as .js)
+    bundle: true,
+    packages: 'external',
+    plugins: [
+      {
+        name: 'relative-imports-as-js',
+        setup(build) {
+          build.onResolve({ filter: /^\.\.?\// }, (args) => (args.kind === 'entry-point' ? undefined : { path: args.path.replace(/\.ts$/, '.js'), external: true }));
+        },
+      },
+    ],
+  });
+} catch (err) {
   rmSync(tmp, { recursive: true, force: true });
-  console.error(`build: tsc exited with ${run.status ?? run.signal}; dist/ left as it was`);
+  console.error(`build: ${err instanceof Error ? err.message : String(err)}; dist/ left as it was`);
   process.exit(1);
 }
 
@@ -37,7 +67,7 @@ function copyRest(from, to) {
   }
 }
 copyRest(SRC, tmp);
-writeFileSync(path.join(tmp, path.basename(STAMP)), JSON.stringify({ startedAt }));
+writeFileSync(path.join(tmp, path.basename(STAMP)), JSON.stringify({ startedAt, sha256 }));
 
 const old = `${DIST}.old-${process.pid}`;
 try {

@@ -137,12 +137,14 @@ test('the container recipe is multi-stage, runs as a non-root user with its data
   assert.deepEqual(final.cmd, ['node', 'bin/analytics.js', 'serve']);
   assert.deepEqual(run.notRun.filter((r) => r.startsWith('RUN')), [
     'RUN npm ci --omit=dev --no-audit --no-fund (a dry build)',
+    'RUN node bin/build.mjs (a dry build)',
     'RUN node bin/analytics.js --help > /dev/null (a dry build)',
     'RUN mkdir -p state && chmod 0700 state (a dry build)',
   ]);
   // the runtime stage copies only from the build stage, and the data directory with the user's ownership
   assert.ok(run.notRun.includes('COPY --from=build --chown=1000:1000 /app/state /data (its source comes from a RUN step of a dry build)'));
   assert.ok(run.ran.includes('COPY --from=build /app/src ./src'));
+  assert.ok(run.notRun.includes('COPY --from=build /app/dist ./dist (its source comes from a RUN step of a dry build)'), run.notRun.join('\n'));
   assert.ok(existsSync(path.join(final.root, 'app/src/main.ts')));
 });
 

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -14,6 +14,7 @@ import { RecentRing, type RingEntry } from '../src/core/recent-ring.ts';
 import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
+import { Snapshotter } from '../src/engine/snapshotter.ts';
 import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
 import { frameHeader, MAGIC_V2 } from '../src/store/files/snapshot-format.ts';
 import { referenceMetrics } from './reference-model.ts';
@@ -264,6 +265,77 @@ describe('days and rings asleep after a restore', () => {
           assert.deepEqual(metrics(second, p, 'UTC', from, to, opts), metrics(whole, p, 'UTC', from, to, opts));
         }
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the snapshot writer holds idle state by place, not by bytes', () => {
+  test('asleep days and rings are copied from the file they came from, checked; a byte changed on disk fails that write only, and every restore answers like the whole fold', async () => {
+    const events = fc.sample(eventArb, { numRuns: 600, seed: 11 }).map((e, i) => ({ ...e, p: ['p_a', 'p_b', 'p_c'][i % 3]! }));
+    const whole = fold(events);
+    const dir = mkdtempSync(path.join(tmpdir(), 'by-place-'));
+    const expectSame = (state: AnalyticsState, upTo: AnalyticsState) => {
+      for (const p of ['p_a', 'p_b', 'p_c']) {
+        for (const [from, to] of RANGES) {
+          const opts = { trackedProps: TRACKED, compare: { from: DAYS[0]!, to: DAYS[0]! } };
+          assert.deepEqual(metrics(state, p, 'UTC', from, to, opts), metrics(upTo, p, 'UTC', from, to, opts));
+        }
+      }
+    };
+    const load = (files: SnapshotFiles, seq: number) => fromSnapshot(files.loadNewest(seq, (f, why) => assert.fail(`${f}: ${why}`))!);
+    try {
+      const cut = 300;
+      const first = new SnapshotFiles(dir);
+      await new Snapshotter(fold(events, new AnalyticsState(), 0, cut), first).write();
+      await first.close();
+
+      // A restart: everything asleep, the writer told where each day and ring is in the restored file.
+      const files = new SnapshotFiles(dir);
+      const state = load(files, cut);
+      const restored = files.restoredFrom!;
+      assert.ok(restored, 'the file read lazily is remembered');
+      assert.ok([...state.project('p_c').days.values()].every((d) => d.storedAt() !== undefined), 'restored days know their place');
+      const snapshotter = new Snapshotter(state, files);
+      await snapshotter.prewarm();
+      // p_a takes the rest of its events (awake, sent as bytes); p_b and p_c stay asleep (copied from the file).
+      const rest = events.map((e, i) => ({ e, seq: i + 1 })).slice(cut);
+      for (const { e, seq } of rest) if (e.p === 'p_a') apply(state, seq, e);
+      state.lastSeq = cut + 1;
+      await snapshotter.write();
+      assert.ok([...state.project('p_b').days.values()].every((d) => d.storedBytes() !== undefined), 'p_b still asleep');
+      const upTo = fold(events.filter((e, i) => i < cut || e.p === 'p_a'));
+      expectSame(load(new SnapshotFiles(dir, { inspectOnly: true }), cut + 1), upTo);
+
+      // A byte of an asleep day changes in the newest file: the next write copying from it fails, naming it...
+      const newest = path.join(dir, 'snapshots', files.files().at(-1)!);
+      const at = [...load(new SnapshotFiles(dir, { inspectOnly: true }), cut + 1).project('p_c').days.values()][0]!.storedAt()!;
+      const fd = openSync(newest, 'r+');
+      try {
+        const b = Buffer.alloc(1);
+        readSync(fd, b, 0, 1, at.at + 2);
+        writeSync(fd, Buffer.from([b[0]! ^ 0xff]), 0, 1, at.at + 2);
+      } finally {
+        closeSync(fd);
+      }
+      state.lastSeq = cut + 2;
+      await assert.rejects(snapshotter.write(), /changed on disk/);
+      // ...and the one after it is written from memory (the asleep bytes the service still holds), whole and correct.
+      state.lastSeq = cut + 3;
+      await snapshotter.write();
+      await files.close();
+      expectSame(load(new SnapshotFiles(dir, { inspectOnly: true }), cut + 3), upTo);
+      // A restart whose first snapshot comes before any warm-up: the capture itself gives the asleep state by place.
+      const again = new SnapshotFiles(dir);
+      const restarted = load(again, cut + 3);
+      restarted.lastSeq = cut + 4;
+      await new Snapshotter(restarted, again).write();
+      await again.close();
+      expectSame(load(new SnapshotFiles(dir, { inspectOnly: true }), cut + 4), upTo);
+      const all = load(new SnapshotFiles(dir, { inspectOnly: true }), cut + 4);
+      for (const { e, seq } of rest) if (e.p !== 'p_a') apply(all, seq, e);
+      expectSame(all, whole);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

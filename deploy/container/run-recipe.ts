@@ -330,6 +330,10 @@ export async function verifyRecipe(context: string, work: string, log: (line: st
   check(s.volumes.length === 1 && s.env.ANALYTICS_DATA_DIR === s.volumes[0], `the data directory is the VOLUME (${s.volumes.join(' ')})`);
   check(s.healthcheck?.cmd.join(' ').includes('/health') === true, 'the HEALTHCHECK asks /health');
   check(!readdirSync(path.join(s.root, s.workdir, 'node_modules')).includes('typescript'), 'no dev dependency in the image');
+  // the image runs compiled JavaScript: its dist/ is a build of exactly its src/ (bin/dist.mjs, as the launcher asks)
+  const app = path.join(s.root, s.workdir);
+  const fresh = spawnSync(process.execPath, ['-e', "import('./bin/dist.mjs').then((m) => process.exit(m.distIsFresh() ? 0 : 1))"], { cwd: app });
+  check(fresh.status === 0, 'dist/ is current for the src/ in the image (the service starts without TypeScript)');
 
   const image = await startImage(run);
   let key: string;

@@ -312,6 +312,8 @@ export interface StoredDay {
   lastSeq: number;
   /** the day's snapshot form as the store wrote it (what a later snapshot writes again while the day sleeps) */
   bytes: Uint8Array;
+  /** where `bytes` start in the snapshot file they were read from (the writer copies them from there, not from memory) */
+  at?: number;
   load(): DaySnapshot;
 }
 
@@ -356,6 +358,12 @@ export class DayAggregate implements RangePart {
   /** The stored bytes while the day sleeps, else undefined. */
   storedBytes(): Uint8Array | undefined {
     return this.stored?.bytes;
+  }
+
+  /** Where the stored bytes are in the snapshot file they came from, while the day sleeps and that is known. */
+  storedAt(): { at: number; length: number } | undefined {
+    const s = this.stored;
+    return s?.at === undefined ? undefined : { at: s.at, length: s.bytes.length };
   }
 
   private get s(): DayState {

@@ -32,6 +32,8 @@ export interface PackedRing {
 export interface StoredRing {
   /** the ring's snapshot form as the store wrote it */
   bytes: Uint8Array;
+  /** where `bytes` start in the snapshot file they were read from (see StoredDay.at) */
+  at?: number;
   load(): PackedRing | Array<string | number>;
 }
 
@@ -172,6 +174,12 @@ export class RecentRing {
   /** Oldest first (snapshot order, so pushing them back restores the ring). */
   oldestFirst(): RingEntry[] {
     return [...this.newestFirst()].reverse();
+  }
+
+  /** Where the stored bytes are in the snapshot file they came from, while the ring sleeps and that is known. */
+  storedAt(): { at: number; length: number } | undefined {
+    const s = this.stored;
+    return s?.at === undefined ? undefined : { at: s.at, length: s.bytes.length };
   }
 
   /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */

@@ -61,6 +61,9 @@ export interface SnapshotData {
 export interface Encoded {
   key: string;
   bytes?: Uint8Array;
+  /** instead of bytes: where they are in the snapshot file the state was restored from (the writer reads them there) */
+  at?: number;
+  length?: number;
 }
 
 /** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */

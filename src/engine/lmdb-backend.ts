@@ -10,7 +10,7 @@ import type { QueryEngine } from '../core/query/types.ts';
 import { ColumnStore } from '../store/lmdb/column-store.ts';
 import { LmdbCatalog } from '../store/lmdb/lmdb-catalog.ts';
 import type { HistoryIds } from '../store/lmdb/history-ids.ts';
-import { assertEnvironmentSound, assertWritable } from '../store/lmdb/lmdb-probe.ts';
+import { assertEnvironmentSoundAsync, assertWritable } from '../store/lmdb/lmdb-probe.ts';
 import { LogStore, type StoreFaults } from '../store/lmdb/log-store.ts';
 import type { KeyRecord } from '../store/records.ts';
 import type { RememberedIds } from '../store/lmdb/remembered-ids.ts';
@@ -120,10 +120,14 @@ export class LmdbBackend implements Backend {
   static async open(config: Readonly<Config>, now: () => number, log: (line: string) => void, ops: OperatorMetrics | undefined, faults?: StoreFaults): Promise<LmdbBackend> {
     // Before LMDB maps the file: a directory that cannot be written, or damaged pages, are refused with a message.
     assertWritable(config.dataDir);
-    const walked = assertEnvironmentSound(config.dataDir);
+    // The walk runs in a child process on another core while this one reads the newest snapshot file (both take a
+    // few hundred ms at 500k events); LMDB is opened only once the walk has found it sound.
+    const walking = assertEnvironmentSoundAsync(config.dataDir);
+    const files = new SnapshotFiles(config.dataDir);
+    files.prefetchNewest();
+    const walked = await walking;
     if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);
     const store = LogStore.open(config.dataDir, config.durability, { log, faults });
-    const files = new SnapshotFiles(config.dataDir);
     const columns = new ColumnProjection(ColumnStore.open(config.dataDir), log);
     const state = await recoverState(store, files, log, [columns.replayConsumer()]);
     const enricher = await createEnricher({

@@ -21,6 +21,11 @@ export class Snapshotter {
    * what changed since the last snapshot (cloning every ring and day of 300 projects took 400–800 ms).
    */
   private readonly sent = new Map<string, string>();
+  /**
+   * Days and rings asleep since the restore are sent by place (where they are in the restored file) until a write
+   * fails; then as bytes. Only the first capture and the warm-up send places: after it every key is sent.
+   */
+  private byPlace = true;
   private writerGeneration = -1;
 
   constructor(
@@ -45,8 +50,8 @@ export class Snapshotter {
     const seen = new Set<string>();
     const data = toSnapshot(
       this.state,
-      (id, ring) => this.encode(`r\u0000${id}`, String(ring.version), seen, () => ring.packed()),
-      (id, day) => this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day)),
+      (id, ring) => this.encode(`r\u0000${id}`, String(ring.version), seen, () => ring.packed(), ring.storedAt()),
+      (id, day) => this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day), day.storedAt()),
     );
     for (const key of this.sent.keys()) if (!seen.has(key)) this.sent.delete(key);
     const replaceAll = opts.replaceAll === true || this.purgePending;
@@ -55,6 +60,7 @@ export class Snapshotter {
       ({ bytes }) => this.onWritten?.((performance.now() - started) / 1000, bytes),
       (err: unknown) => {
         this.sent.clear(); // send everything next time
+        this.byPlace = false; // as bytes: the restored file may be what failed, or gone
         if (replaceAll) this.purgePending = true; // the older files still have to go
         throw err;
       },
@@ -85,16 +91,16 @@ export class Snapshotter {
     let batch: Encoded[] = [];
     let sliceStart = performance.now();
     const flush = async () => {
-      const items = batch.filter((e) => e.bytes);
+      const items = batch.filter((e) => e.bytes || e.at !== undefined);
       batch = [];
       if (items.length > 0) this.files.preload(items);
       await new Promise((resolve) => setImmediate(resolve));
       sliceStart = performance.now();
     };
     for (const [id, p] of [...this.state.projects]) {
-      batch.push(this.encode(`r\u0000${id}`, String(p.recent.version), seen, () => p.recent.packed()));
+      batch.push(this.encode(`r\u0000${id}`, String(p.recent.version), seen, () => p.recent.packed(), p.recent.storedAt()));
       for (const day of [...p.days.values()]) {
-        batch.push(this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day)));
+        batch.push(this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day), day.storedAt()));
         if (performance.now() - sliceStart > PREWARM_SLICE_MS) await flush();
       }
       if (performance.now() - sliceStart > PREWARM_SLICE_MS) await flush();
@@ -102,10 +108,15 @@ export class Snapshotter {
     await flush();
   }
 
-  private encode(key: string, version: string, seen: Set<string>, value: () => unknown): Encoded {
+  /**
+   * `stored`: where a day or ring still asleep since the restore has its bytes in the file it was restored from. The
+   * writer is told that place instead of given a copy, so it does not hold a second copy of every idle project.
+   */
+  private encode(key: string, version: string, seen: Set<string>, value: () => unknown, stored?: { at: number; length: number }): Encoded {
     seen.add(key);
     if (this.sent.get(key) === version) return { key };
     this.sent.set(key, version);
+    if (stored && this.byPlace && this.files.restoredFrom !== undefined) return { key, ...stored };
     const v = value();
     // A day or ring still asleep since the restore gives its stored bytes: written again as they are.
     return { key, bytes: v instanceof Uint8Array ? v : serialize(v) };

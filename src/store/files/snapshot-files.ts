@@ -29,6 +29,10 @@ export class SnapshotFiles {
   /** bumped whenever a new writer thread starts (it holds none of the bytes an earlier one was sent) */
   private started = 0;
   private closed = false;
+  /** the file the newest lazily read state came from (loadNewest): asleep days and rings point into it */
+  restoredFrom: string | undefined;
+  /** the newest file read ahead by prefetchNewest, for loadNewest */
+  private prefetched: { file: string; data?: SnapshotData; error?: Error } | undefined;
   private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
 
   /** `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress. */
@@ -79,7 +83,7 @@ export class SnapshotFiles {
     const id = this.nextId++;
     const done = new Promise<number>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
     worker.ref();
-    worker.postMessage({ id, data, file }, transfer);
+    worker.postMessage({ id, data, file, source: this.restoredFrom }, transfer);
     let bytes: number;
     try {
       bytes = await done;
@@ -100,11 +104,12 @@ export class SnapshotFiles {
     return this.started;
   }
 
+  /** Items given by place (`at`, `length`) are in `restoredFrom`. */
   preload(items: Encoded[]): void {
     if (this.closed) return;
     const transfer: ArrayBuffer[] = [];
     for (const e of items) if (e.bytes && e.bytes.byteOffset === 0 && e.bytes.byteLength === e.bytes.buffer.byteLength) transfer.push(e.bytes.buffer as ArrayBuffer);
-    this.startWorker().postMessage({ preload: items }, transfer);
+    this.startWorker().postMessage({ preload: items, source: this.restoredFrom }, transfer);
   }
 
   private startWorker(): Worker {
@@ -142,6 +147,8 @@ export class SnapshotFiles {
    * and days are read from the file when first asked for (restore right away: the file must still be there).
    */
   loadNewest(maxSeq: number, onSkip: (file: string, why: string) => void): SnapshotData | undefined {
+    const early = this.prefetched;
+    this.prefetched = undefined;
     for (const file of this.files().reverse()) {
       const full = path.join(this.dir, file);
       if (Number(NAME.exec(file)![1]) > maxSeq) {
@@ -149,13 +156,32 @@ export class SnapshotFiles {
         continue;
       }
       try {
+        if (early?.file === full && early.error) throw early.error;
         // Lazily: startup decodes one project at a time (the file is checked whole first).
-        return readSnapshot(full, true);
+        const data = early?.file === full && early.data ? early.data : readSnapshot(full, true);
+        this.restoredFrom = full;
+        return data;
       } catch (err) {
         onSkip(full, err instanceof Error ? err.message : String(err));
       }
     }
     return undefined;
+  }
+
+  /**
+   * Reads the newest snapshot file ahead of loadNewest, which then uses what was read (or the reason it was refused)
+   * if that file is still the one it picks. Startup reads it while the LMDB walk runs in its child process, before the
+   * log (and so the highest usable sequence) can be opened.
+   */
+  prefetchNewest(): void {
+    const newest = this.files().at(-1);
+    if (newest === undefined) return;
+    const file = path.join(this.dir, newest);
+    try {
+      this.prefetched = { file, data: readSnapshot(file, true) };
+    } catch (err) {
+      this.prefetched = { file, error: err instanceof Error ? err : new Error(String(err)) };
+    }
   }
 
   /** Every snapshot file, oldest first, with its sequence and either its data or why it is unusable (check). */
@@ -284,9 +310,9 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
       const ringBytes = part(spans[0]!);
       const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {
         const bytes = part(spans[i + 1]!);
-        return { day, firstSeq, lastSeq, bytes, load: () => decode(bytes) as DaySnapshot };
+        return { day, firstSeq, lastSeq, bytes, at: from + spans[i + 1]![0], load: () => decode(bytes) as DaySnapshot };
       });
-      projects.push({ ...p, recent: { bytes: ringBytes, load: () => decode(ringBytes) as PackedRing }, days });
+      projects.push({ ...p, recent: { bytes: ringBytes, at: from + spans[0]![0], load: () => decode(ringBytes) as PackedRing }, days });
     }
     if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
     if (!hash.digest().equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');

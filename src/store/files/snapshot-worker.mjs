@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
+import { closeSync, openSync, readSync } from 'node:fs';
 import { open as openFile, rename, rm } from 'node:fs/promises';
+import { crc32 } from 'node:zlib';
 import path from 'node:path';
 import { serialize } from 'node:v8';
 import { setPriority } from 'node:os';
@@ -17,7 +19,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 /** @typedef {import('../../core/snapshot.ts').Encoded} Encoded */
 /** @typedef {import('../../core/snapshot.ts').SnapshotData} SnapshotData */
-/** @typedef {{ id: number, data: SnapshotData, file: string }} WriteRequest */
+/** @typedef {{ id: number, data: SnapshotData, file: string, source?: string }} WriteRequest */
 
 /** snapshot-format.ts's MAGIC, handed over by the thread's creator */
 const MAGIC = Buffer.from(workerData.magic);
@@ -32,38 +34,95 @@ function frameHeader(length) {
 /** Bytes gathered before one write: big enough that a write costs little per frame, small enough to hold. */
 const WRITE_BATCH_BYTES = 1 << 20;
 
-/** The bytes of every day and ring as last sent, by key: unchanged ones arrive as their key alone. */
-/** @type {Map<string, Uint8Array>} */
-const held = new Map();
+/** Bytes read from an earlier snapshot file at a time: copied frames come in file order, so one read serves many. */
+const COPY_READ_BYTES = 1 << 20;
+
+/**
+ * Every day and ring as last sent, by key (unchanged ones arrive as their key alone): not their bytes, which would be
+ * a second copy of every idle project's state, but where they are in the last file written (or the file the service
+ * restored, for what it was told by place), with a CRC-32 taken when they were written or first read. A frame copied
+ * from a file is checked against it, so a byte that changed on disk fails the write instead of entering the next
+ * file under a fresh checksum (the main thread then sends everything again). Fresh bytes are held until written.
+ * @typedef {{ bytes: Uint8Array } | { file: string, at: number, length: number, crc: number }} Held
+ */
+/** @type {Map<string, Held>} */
+let held = new Map();
 
 /** @returns {v is Encoded} */
 function isEncoded(v) {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && typeof v.key === 'string' && !('day' in v);
 }
 
-/** @param {Encoded} e @param {Set<string>} seen @returns {Uint8Array} */
-function resolve(e, seen) {
+/** Reads byte ranges of earlier snapshot files, in order, through one buffer per file (see COPY_READ_BYTES). */
+class CopyReader {
+  /** @type {Map<string, { fd: number, buf: Buffer, from: number, to: number }>} */
+  open = new Map();
+
+  /** @param {string} file @param {number} at @param {number} length @returns {Buffer} */
+  read(file, at, length) {
+    let f = this.open.get(file);
+    if (!f) this.open.set(file, (f = { fd: openSync(file, 'r'), buf: Buffer.alloc(0), from: 0, to: 0 }));
+    if (at < f.from || at + length > f.to) {
+      // a new buffer each time: frames already taken from the old one may wait in the write batch
+      const size = Math.max(COPY_READ_BYTES, length);
+      f.buf = Buffer.allocUnsafe(size);
+      let got = 0;
+      while (got < length) {
+        const n = readSync(f.fd, f.buf, got, size - got, at + got);
+        if (n === 0) throw new Error(`${file} ends before byte ${at + length}`);
+        got += n;
+      }
+      f.from = at;
+      f.to = at + got;
+    }
+    return f.buf.subarray(at - f.from, at - f.from + length);
+  }
+
+  close() {
+    for (const f of this.open.values()) closeSync(f.fd);
+    this.open.clear();
+  }
+}
+
+/**
+ * @param {Encoded} e @param {Set<string>} seen @param {CopyReader} copies
+ * @param {string | undefined} source the restored file, for an item given by place (its CRC is taken as it is read)
+ * @returns {{ body: Uint8Array, crc: number }}
+ */
+function resolve(e, seen, copies, source) {
   seen.add(e.key);
-  if (e.bytes) held.set(e.key, e.bytes);
-  const bytes = held.get(e.key);
-  if (!bytes) throw new Error(`snapshot writer holds nothing for ${e.key}`);
-  return bytes;
+  if (e.bytes) held.set(e.key, { bytes: e.bytes });
+  else if (e.at !== undefined && e.length !== undefined) {
+    if (source === undefined) throw new Error(`${e.key} is given by place, but no restored file is named`);
+    const body = copies.read(source, e.at, e.length);
+    return { body, crc: crc32(body) };
+  }
+  const h = held.get(e.key);
+  if (!h) throw new Error(`snapshot writer holds nothing for ${e.key}`);
+  if ('bytes' in h) return { body: h.bytes, crc: crc32(h.bytes) };
+  const body = copies.read(h.file, h.at, h.length);
+  if (crc32(body) !== h.crc) throw new Error(`${h.file} changed on disk at byte ${h.at} (${e.key}): the snapshot is written again from memory`);
+  return { body, crc: h.crc };
 }
 
 /** @param {WriteRequest} req @returns {Promise<number>} */
-async function write({ data, file }) {
+async function write({ data, file, source }) {
   const tmp = `${file}.tmp`;
   try {
-    return await writeTo(tmp, data, file);
+    return await writeTo(tmp, data, file, source);
   } catch (err) {
     await rm(tmp, { force: true }); // a full disk must not keep half a snapshot on it
     throw err;
   }
 }
 
-/** @param {string} tmp @param {SnapshotData} data @param {string} file @returns {Promise<number>} */
-async function writeTo(tmp, data, file) {
+/** @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source @returns {Promise<number>} */
+async function writeTo(tmp, data, file, source) {
   const seen = new Set();
+  /** where each day and ring lands in this file: what `held` becomes once the file is durable */
+  /** @type {Map<string, Held>} */
+  const next = new Map();
+  const copies = new CopyReader();
   const fh = await openFile(tmp, 'w', 0o600);
   const hash = createHash('sha256');
   let bytes = 0;
@@ -77,16 +136,24 @@ async function writeTo(tmp, data, file) {
     pendingBytes = 0;
     for (let done = 0; done < out.length; ) done += (await fh.write(out, done, out.length - done)).bytesWritten;
   };
+  /** @returns {number} where the frame's body starts in the file */
   const frame = async (/** @type {unknown} */ value) => {
-    // Bytes the main thread already serialized (cached days and rings) are written as they are.
+    // Bytes the main thread already serialized (cached days and rings), or copied from an earlier file, are written
+    // as they are.
     const body = value instanceof Uint8Array ? value : serialize(value);
     const head = frameHeader(body.length);
     hash.update(head).update(body);
+    const at = MAGIC.length + bytes + head.length;
     pending.push(head, body);
     pendingBytes += head.length + body.length;
     bytes += head.length + body.length;
     // Small frames (a small live day is ~1 KB) go out in batches: one write per frame was 100,000 writes.
     if (pendingBytes >= WRITE_BATCH_BYTES) await flush();
+    return at;
+  };
+  const encoded = async (/** @type {Encoded} */ e) => {
+    const { body, crc } = resolve(e, seen, copies, source);
+    next.set(e.key, { file, at: await frame(body), length: body.length, crc });
   };
   try {
     await fh.write(MAGIC);
@@ -94,18 +161,25 @@ async function writeTo(tmp, data, file) {
     for (const p of data.projects) {
       const { days, recent, ...rest } = p;
       await frame({ ...rest, days: days.length });
-      await frame(isEncoded(recent) ? resolve(recent, seen) : recent);
-      for (const d of days) await frame(isEncoded(d) ? resolve(d, seen) : d);
+      if (isEncoded(recent)) await encoded(recent);
+      else await frame(recent);
+      for (const d of days) {
+        if (isEncoded(d)) await encoded(d);
+        else await frame(d);
+      }
     }
     await flush();
     await fh.write(frameHeader(0));
     await fh.write(hash.digest());
     await fh.sync();
   } finally {
+    copies.close();
     await fh.close();
   }
-  for (const key of held.keys()) if (!seen.has(key)) held.delete(key); // sealed or gone since
   await rename(tmp, file);
+  // Only now: a failed write leaves `held` pointing at the files that still hold those bytes. Keys not seen were
+  // sealed or are gone since.
+  held = next;
   // The rename is durable once the directory is synced (here too: an fsync can take a while on a busy disk).
   const dir = await openFile(path.dirname(file), 'r');
   try {
@@ -127,9 +201,30 @@ try {
   // not permitted here: the snapshot still gets written, at normal priority
 }
 
-parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ req) => {
+/**
+ * Bytes ahead of a snapshot (the snapshotter's warm-up after startup). Items given by place are read once from the
+ * restored file (checked whole at startup) for their CRC-32, and then held by place only.
+ * @param {Encoded[]} items @param {string | undefined} source
+ */
+function preload(items, source) {
+  const copies = new CopyReader();
+  try {
+    for (const e of items) {
+      if (e.bytes) held.set(e.key, { bytes: e.bytes });
+      else if (e.at !== undefined && e.length !== undefined && source !== undefined) {
+        held.set(e.key, { file: source, at: e.at, length: e.length, crc: crc32(copies.read(source, e.at, e.length)) });
+      }
+    }
+  } catch {
+    // the restored file is gone or cut short: those keys are not held, and the next write asks for them (a failed write)
+  } finally {
+    copies.close();
+  }
+}
+
+parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[], source?: string }} */ req) => {
   if ('preload' in req) {
-    for (const e of req.preload) if (e.bytes) held.set(e.key, e.bytes);
+    preload(req.preload, req.source);
     return;
   }
   write(req).then(

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, closeSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,9 +39,34 @@ export const WALK_BUDGET_RECORDS = 500_000;
 /** Walks `file` in a child process: every record of the smaller tables up to `budget`, a sample of the rest. */
 export function walkEnvironment(file: string, opts: { budget?: number } = {}): WalkResult {
   const started = performance.now();
-  const args = [WALK, file, String(opts.budget ?? WALK_BUDGET_RECORDS)];
-  const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: WALK_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 20 });
-  const ms = Math.round(performance.now() - started);
+  const r = spawnSync(process.execPath, walkArgs(file, opts), { encoding: 'utf8', timeout: WALK_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 20 });
+  return walkOutcome({ error: r.error, signal: r.signal, status: r.status, stdout: r.stdout, stderr: r.stderr }, Math.round(performance.now() - started));
+}
+
+/**
+ * The same walk without blocking: the service reads its snapshot file meanwhile (the walk runs on another core), and
+ * opens LMDB only once the walk has said the file is sound.
+ */
+export function walkEnvironmentAsync(file: string, opts: { budget?: number } = {}): Promise<WalkResult> {
+  const started = performance.now();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, walkArgs(file, opts), { stdio: ['ignore', 'pipe', 'pipe'], timeout: WALK_TIMEOUT_MS });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout = (stdout + c).slice(-(1 << 20))));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr = (stderr + c).slice(-(1 << 20))));
+    let error: Error | undefined;
+    child.once('error', (err) => (error = err));
+    child.once('close', (status, signal) => resolve(walkOutcome({ error, signal, status, stdout, stderr }, Math.round(performance.now() - started))));
+  });
+}
+
+function walkArgs(file: string, opts: { budget?: number }): string[] {
+  return [WALK, file, String(opts.budget ?? WALK_BUDGET_RECORDS)];
+}
+
+/** What the walk's exit says: a signal or an error is damage (or a walk that could not run), else its JSON line. */
+function walkOutcome(r: { error: Error | undefined; signal: NodeJS.Signals | null; status: number | null; stdout: string | null; stderr: string | null }, ms: number): WalkResult {
   if (r.error) return { ok: false, problem: `the check could not run: ${r.error.message}`, ms };
   if (r.signal) {
     const said = lastLine(r.stderr);
@@ -78,7 +103,17 @@ export function waysOut(dataDir: string): string {
 export function assertEnvironmentSound(dataDir: string): WalkResult | undefined {
   const file = path.join(dataDir, 'analytics.lmdb');
   if (!existsSync(file)) return undefined;
-  const r = walkEnvironment(file);
+  return refuseDamage(dataDir, file, walkEnvironment(file));
+}
+
+/** assertEnvironmentSound without blocking (see walkEnvironmentAsync). */
+export async function assertEnvironmentSoundAsync(dataDir: string): Promise<WalkResult | undefined> {
+  const file = path.join(dataDir, 'analytics.lmdb');
+  if (!existsSync(file)) return undefined;
+  return refuseDamage(dataDir, file, await walkEnvironmentAsync(file));
+}
+
+function refuseDamage(dataDir: string, file: string, r: WalkResult): WalkResult {
   if (!r.ok) throw new StoreRefused(`${file} is damaged: ${r.problem}. Refusing to open it (a damaged LMDB file crashes the process that opens it, or is damaged further by the next write). ${waysOut(dataDir)}`);
   return r;
 }
