@@ -104,12 +104,11 @@ export class SnapshotFiles {
     return this.started;
   }
 
-  /** Items given by place (`at`, `length`) are in `restoredFrom`. */
   preload(items: Encoded[]): void {
     if (this.closed) return;
     const transfer: ArrayBuffer[] = [];
     for (const e of items) if (e.bytes && e.bytes.byteOffset === 0 && e.bytes.byteLength === e.bytes.buffer.byteLength) transfer.push(e.bytes.buffer as ArrayBuffer);
-    this.startWorker().postMessage({ preload: items, source: this.restoredFrom }, transfer);
+    this.startWorker().postMessage({ preload: items }, transfer);
   }
 
   private startWorker(): Worker {

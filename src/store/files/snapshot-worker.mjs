@@ -39,8 +39,9 @@ const COPY_READ_BYTES = 1 << 20;
 
 /**
  * Every day and ring as last sent, by key (unchanged ones arrive as their key alone): not their bytes, which would be
- * a second copy of every idle project's state, but where they are in the last file written (or the file the service
- * restored, for what it was told by place), with a CRC-32 taken when they were written or first read. A frame copied
+ * a second copy of every idle project's state, but where they are in the last file written, with a CRC-32 taken as
+ * they were written (a day or ring given by place, in the file the service restored, is read from there and its
+ * CRC-32 taken then: that file was checked whole at startup). A frame copied
  * from a file is checked against it, so a byte that changed on disk fails the write instead of entering the next
  * file under a fresh checksum (the main thread then sends everything again). Fresh bytes are held until written.
  * @typedef {{ bytes: Uint8Array } | { file: string, at: number, length: number, crc: number }} Held
@@ -201,30 +202,10 @@ try {
   // not permitted here: the snapshot still gets written, at normal priority
 }
 
-/**
- * Bytes ahead of a snapshot (the snapshotter's warm-up after startup). Items given by place are read once from the
- * restored file (checked whole at startup) for their CRC-32, and then held by place only.
- * @param {Encoded[]} items @param {string | undefined} source
- */
-function preload(items, source) {
-  const copies = new CopyReader();
-  try {
-    for (const e of items) {
-      if (e.bytes) held.set(e.key, { bytes: e.bytes });
-      else if (e.at !== undefined && e.length !== undefined && source !== undefined) {
-        held.set(e.key, { file: source, at: e.at, length: e.length, crc: crc32(copies.read(source, e.at, e.length)) });
-      }
-    }
-  } catch {
-    // the restored file is gone or cut short: those keys are not held, and the next write asks for them (a failed write)
-  } finally {
-    copies.close();
-  }
-}
-
-parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[], source?: string }} */ req) => {
+parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ req) => {
   if ('preload' in req) {
-    preload(req.preload, req.source);
+    // bytes ahead of a snapshot (the snapshotter's warm-up after startup)
+    for (const e of req.preload) if (e.bytes) held.set(e.key, { bytes: e.bytes });
     return;
   }
   write(req).then(
