@@ -181,7 +181,8 @@ describe('questions in cluster mode', () => {
     const restarted = await startNode(owner.id, tag, key, owner.dataDir);
     if (owner === a) a = restarted;
     await waitForValue(`${restarted.id} serving partition ${n} again`, () => (restarted.backend.serving().includes(n) ? true : undefined), MOVE_DEADLINE_MS).catch((err: Error) => {
-      throw new Error(`${err.message}; ${restarted.id} said: ${restarted.logs.join(' | ')}; ${other.id} said: ${other.logs.slice(-20).join(' | ')}`);
+      const views = [restarted, other].map((x) => `${x.id} prefers ${JSON.stringify([0, 1, 2, 3].map((k) => (x.backend as unknown as { ownership: { preferred(n: number): string | undefined } }).ownership.preferred(k)))} and serves ${JSON.stringify(x.backend.serving())}`);
+      throw new Error(`${err.message}; ${views.join('; ')}; ${restarted.id} said: ${restarted.logs.join(' | ')}; ${other.id} said: ${other.logs.slice(-20).join(' | ')}`);
     });
     assert.deepEqual(await answers(other.url, pc.keys.secret), expected2, `forwarded to the restarted owner (its log: ${restarted.logs.filter((l) => l.includes('columns')).join(' | ')})`);
     assert.deepEqual(await answers(restarted.url, pc.keys.secret), expected2, 'answered by the restarted owner');

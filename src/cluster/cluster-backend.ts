@@ -362,6 +362,8 @@ export class ClusterBackend implements Backend {
   }
 
   private async startPartition(p: Partition, gen: number): Promise<void> {
+    // Named, so a start that never gets as far as its snapshot can be told from one that never began.
+    this.log(`partition ${p.n}: starting its fold (${p.writer ? 'owner' : 'standby'})`);
     const last = await this.cp.log.lastSeq(p.n);
     // What was folded into the columns before (a partition that moved away and back) is sealed first: their marker
     // is then exactly where feeding them resumes.
