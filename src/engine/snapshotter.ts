@@ -23,9 +23,13 @@ export class Snapshotter {
   private readonly sent = new Map<string, string>();
   /**
    * Days and rings asleep since the restore are sent by place (where they are in the restored file) until a write
-   * fails; then as bytes. Only the first capture and the warm-up send places: after it every key is sent.
+   * fails; then as bytes. Only the first capture after a restart sends places: after it every key is sent.
    */
   private byPlace = true;
+
+  private get sendsPlaces(): boolean {
+    return this.byPlace && this.files.restoredFrom !== undefined;
+  }
   private writerGeneration = -1;
 
   constructor(
@@ -100,7 +104,7 @@ export class Snapshotter {
       await new Promise((resolve) => setImmediate(resolve));
       sliceStart = performance.now();
     };
-    const byPlace = this.byPlace && this.files.restoredFrom !== undefined;
+    const byPlace = this.sendsPlaces;
     for (const [id, p] of [...this.state.projects]) {
       if (!(byPlace && p.recent.storedAt())) batch.push(this.encode(`r\u0000${id}`, String(p.recent.version), seen, () => p.recent.packed()));
       for (const day of [...p.days.values()]) {
@@ -120,7 +124,7 @@ export class Snapshotter {
     seen.add(key);
     if (this.sent.get(key) === version) return { key };
     this.sent.set(key, version);
-    if (stored && this.byPlace && this.files.restoredFrom !== undefined) return { key, ...stored };
+    if (stored && this.sendsPlaces) return { key, ...stored };
     const v = value();
     // A day or ring still asleep since the restore gives its stored bytes: written again as they are.
     return { key, bytes: v instanceof Uint8Array ? v : serialize(v) };

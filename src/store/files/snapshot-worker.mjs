@@ -86,12 +86,11 @@ class CopyReader {
 }
 
 /**
- * @param {Encoded} e @param {Set<string>} seen @param {CopyReader} copies
+ * @param {Encoded} e @param {CopyReader} copies
  * @param {string | undefined} source the restored file, for an item given by place (its CRC is taken as it is read)
  * @returns {{ body: Uint8Array, crc: number }}
  */
-function resolve(e, seen, copies, source) {
-  seen.add(e.key);
+function resolve(e, copies, source) {
   if (e.bytes) held.set(e.key, { bytes: e.bytes });
   else if (e.at !== undefined && e.length !== undefined) {
     if (source === undefined) throw new Error(`${e.key} is given by place, but no restored file is named`);
@@ -119,7 +118,6 @@ async function write({ data, file, source }) {
 
 /** @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source @returns {Promise<number>} */
 async function writeTo(tmp, data, file, source) {
-  const seen = new Set();
   /** where each day and ring lands in this file: what `held` becomes once the file is durable */
   /** @type {Map<string, Held>} */
   const next = new Map();
@@ -153,7 +151,7 @@ async function writeTo(tmp, data, file, source) {
     return at;
   };
   const encoded = async (/** @type {Encoded} */ e) => {
-    const { body, crc } = resolve(e, seen, copies, source);
+    const { body, crc } = resolve(e, copies, source);
     next.set(e.key, { file, at: await frame(body), length: body.length, crc });
   };
   try {

@@ -33,7 +33,6 @@ export interface LoggedId {
 
 /** One stored record read as bytes: its key and receive time, or why it cannot be used. */
 interface StoredId {
-  /** the key's bytes as lmdb gave them: valid until the next record */
   raw: Buffer;
   key: IdKey | undefined;
   rt: number;
@@ -138,8 +137,7 @@ export class RememberedIds {
   /** Records from `start` on, as bytes, each decoded on its own: a damaged one carries its problem. */
   private *stored(start: Buffer | undefined): Generator<StoredId> {
     for (const { key, value } of this.raw.getRange(start ? { start } : {})) {
-      // lmdb's key bytes, valid until the next record: a caller keeping them copies them (most records are not kept)
-      const raw = key;
+      const raw = Buffer.from(key);
       let k: unknown;
       let rt: unknown;
       let problem: string | undefined;
@@ -245,7 +243,7 @@ export class RememberedIds {
       for (const { raw, key, rt, problem } of this.stored(start)) {
         if (seen++ >= EXPIRE_SLICE) break;
         last = raw;
-        if (problem || !key || now - rt >= DEDUP_WINDOW_MS) dead.push(Buffer.from(raw));
+        if (problem || !key || now - rt >= DEDUP_WINDOW_MS) dead.push(raw);
         else table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
       }
       if (dead.length > 0) {
@@ -256,7 +254,7 @@ export class RememberedIds {
       }
       removed += dead.length;
       if (seen <= EXPIRE_SLICE || !last || this.stopped) break;
-      start = Buffer.from(last);
+      start = last;
       await new Promise((resolve) => setImmediate(resolve));
     }
     if ((removed > 0 || rebuild) && !this.stopped) {
