@@ -1,8 +1,10 @@
 // The reporter of `npm test`: one line per finished test file (its place in the run, pass/fail counts, seconds),
 // every failure in full, the slowest files, then the summary. The whole spec output goes to test-results.log at the
 // same time (see package.json); `npm run test:verbose` prints it instead.
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { inspect } from 'node:util';
+import { DURATIONS_FILE } from '../bin/test-files.mjs';
 
 /** What a crashed test file printed is shown with its failure, up to this much of its end. */
 const MAX_STDERR_CHARS = 4000;
@@ -83,9 +85,26 @@ export default async function* reporter(source) {
   for (const [file, data] of [...pending]) yield finish(file, 'test:complete', data);
   yield '\n';
   if (failures.length > 0) yield `Failures (${failures.length}):\n\n${failures.join('\n\n')}\n\n`;
+  recordDurations(finished);
   const slowest = finished.sort((a, b) => b.seconds - a.seconds).slice(0, SLOWEST_LISTED);
   if (slowest.length > 0) yield `Slowest files:\n${slowest.map((f) => `  ${f.seconds.toFixed(1).padStart(6)} s  ${f.file}`).join('\n')}\n\n`;
   yield `${summary.join('\n')}\nFull output: test-results.log\n`;
+}
+
+/** Each file's seconds, kept for the next run's order (bin/test-files.mjs: longest first); earlier files' stay. */
+function recordDurations(finished) {
+  let seconds = {};
+  try {
+    seconds = JSON.parse(readFileSync(DURATIONS_FILE, 'utf8'));
+  } catch {
+    // no run recorded yet
+  }
+  for (const f of finished) seconds[f.file] = Math.round(f.seconds * 10) / 10;
+  try {
+    writeFileSync(DURATIONS_FILE, `${JSON.stringify(seconds, null, 1)}\n`);
+  } catch {
+    // a read-only checkout: the next run uses the built-in order
+  }
 }
 
 /** A whole file failed (it crashed or did not load, or a hook failed): what it wrote to stderr says why. */

@@ -47,6 +47,8 @@ import { PartitionFold, PRUNE_EVERY_MS, type Projection } from '../engine/partit
 export const READ_BARRIER_MS = 2_000;
 /** A partition whose start failed (the stream did not answer, e.g. during a leader failover) is tried again this soon. */
 const START_RETRY_MS = 1_000;
+/** A partition's start still waiting this long says what it waits for (each step has its own timeout, or should). */
+const START_SLOW_LOG_MS = 10_000;
 /**
  * A forwarded read's barrier gives up this long before the asker's READ_TIMEOUT_MS, so the asker gets the owner's
  * 503 reason (and retries) instead of a bare timeout racing the owner's answer.
@@ -364,12 +366,30 @@ export class ClusterBackend implements Backend {
   private async startPartition(p: Partition, gen: number): Promise<void> {
     // Named, so a start that never gets as far as its snapshot can be told from one that never began.
     this.log(`partition ${p.n}: starting its fold (${p.writer ? 'owner' : 'standby'})`);
+    const step = { at: "the stream's last sequence", since: performance.now() };
+    const slow = setInterval(() => {
+      if (gen === p.generation) this.log(`partition ${p.n}: its start has waited ${Math.round((performance.now() - step.since) / 1000)} s for ${step.at}`);
+    }, START_SLOW_LOG_MS).unref();
+    const waitFor = (what: string) => {
+      step.at = what;
+      step.since = performance.now();
+    };
+    try {
+      await this.foldFromSnapshot(p, gen, waitFor);
+    } finally {
+      clearInterval(slow);
+    }
+  }
+
+  private async foldFromSnapshot(p: Partition, gen: number, waitFor: (what: string) => void): Promise<void> {
     const last = await this.cp.log.lastSeq(p.n);
     // What was folded into the columns before (a partition that moved away and back) is sealed first: their marker
     // is then exactly where feeding them resumes.
+    waitFor('the removal of stale columns');
     await p.columnsDrop;
     if (gen !== p.generation) return;
     const cols = (p.columns ??= this.cp.openColumns?.(p.n));
+    waitFor('its columns to seal');
     await cols?.flush();
     if (gen !== p.generation) return;
     const colMark = cols?.streamMarker() ?? Infinity;
@@ -377,9 +397,11 @@ export class ClusterBackend implements Backend {
     let best: { data: SnapshotData; lastBatchId?: string | undefined } | undefined;
     // Unreachable (not damaged: damaged ones are skipped for older ones) is a failed start, retried: a replay from
     // the stream's start is only right while retention has removed nothing, and sealed days left the stream's fold.
+    waitFor(`the newest snapshot at or below sequence ${last}`);
     best = await this.cp.snapshots.loadNewest(p.n, last, skip);
     if (gen !== p.generation) return;
     if (best && best.data.lastSeq > 0) {
+      waitFor(`the resume check at sequence ${best.data.lastSeq}`);
       const refusal = await this.cp.resumeRefusal(best.data.lastSeq, best.lastBatchId).catch((err: unknown) => `resume check failed: ${String(err)}`);
       if (refusal !== undefined) {
         // An alert for the operator: nats-server 2.9.10 can number replicas differently (CLUSTER.md §12 risk 1).
@@ -392,6 +414,7 @@ export class ClusterBackend implements Backend {
     // their marker, else the stream from its start; else (retention) they catch up on their own (cluster-columns.ts).
     let columnsCatchUp = false;
     if (cols && colMark < (best?.data.lastSeq ?? 0)) {
+      waitFor(`a snapshot at or below the columns' sequence ${colMark}`);
       const base = await this.columnsBase(p, colMark, skip);
       if (gen !== p.generation) return;
       if (base === 'start') best = undefined;
@@ -401,6 +424,7 @@ export class ClusterBackend implements Backend {
     }
     // The days this snapshot no longer holds were put into the sealed-rows bucket before it was written: wait until
     // this node's copy holds them, or reads would miss them.
+    waitFor("the sealed rows' copy to catch up");
     await this.cp.sealed.caughtUp();
     if (gen !== p.generation) return;
     let state = new AnalyticsState();
@@ -417,6 +441,7 @@ export class ClusterBackend implements Backend {
       }
     }
     if (cols && columnsCatchUp) {
+      waitFor(`the columns to catch up from ${colMark}`);
       const n = await catchUpColumns(cols, this.cp.log.read(p.n, colMark), state.lastSeq, () => gen === p.generation);
       if (gen !== p.generation) return;
       this.log(`partition ${p.n}: columns caught up from ${colMark} to ${state.lastSeq} (${n} messages; a repeat of an eventId first sent before ${colMark} may count twice in questions)`);
