@@ -15,8 +15,12 @@ import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
  * whose write is under way, and open segments, yielding to the event loop between slices.
  */
 
-/** Open events across all project-days before a flush: bounds the heap (~40 B an event of a busy day) to ~40 MiB. */
-export const OPEN_EVENTS_BOUND = 1_000_000;
+/**
+ * Open events across all project-days before a flush: bounds the heap to ~50 MiB. An open event costs ~40 B of a busy
+ * day's columns, ~200 B with the slack of columns that grow by doubling and many days open at once (a history import
+ * of 1M events over a year held ~200 MiB at 1M).
+ */
+export const OPEN_EVENTS_BOUND = 250_000;
 /**
  * Open project-days before a flush: an open segment costs ~9 KiB before its first hundred events (its columns,
  * dictionaries and visit numbering), so a replay over thousands of small projects seals at ~180 MiB, not at 1M events.
