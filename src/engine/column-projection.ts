@@ -16,9 +16,9 @@ import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
  */
 
 /**
- * Open events across all project-days before a flush: bounds the heap to ~50 MiB. An open event costs ~40 B of a busy
- * day's columns, ~200 B with the slack of columns that grow by doubling and many days open at once (a history import
- * of 1M events over a year held ~200 MiB at 1M).
+ * Open events across all project-days before a flush: bounds the open columns to ~30–50 MiB. An open event costs ~40 B
+ * of a busy day's columns, ~110 B of typed arrays with the slack of columns that grow by doubling and hundreds of days
+ * open at once (a history import over a year, heap snapshot at 600k open events).
  */
 export const OPEN_EVENTS_BOUND = 250_000;
 /**
