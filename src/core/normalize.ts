@@ -106,15 +106,28 @@ function normalizeCountry(c: string | undefined): string | undefined {
   return ISO_COUNTRY.test(c) ? c.toUpperCase() : c;
 }
 
+/**
+ * Distinct URLs whose path is remembered: a site's events repeat a few hundred pages, and a WHATWG URL parse is ~1 µs
+ * an event. Past this many the memo starts over, so millions of distinct URLs hold at most this many (~1 MiB).
+ */
+const PATH_MEMO_ENTRIES = 4_096;
+const pathMemo = new Map<string, string>();
+
 /** URL path without query or fragment: pages are counted by path. */
 export function urlPath(url: string): string {
   if (url === '') return '';
+  const known = pathMemo.get(url);
+  if (known !== undefined) return known;
+  let path: string;
   try {
     // Bare paths go through the same parser as absolute URLs, so /café and https://x/café are one page (/caf%C3%A9).
-    return new URL(url, 'http://path.invalid').pathname;
+    path = new URL(url, 'http://path.invalid').pathname;
   } catch {
-    return '';
+    path = '';
   }
+  if (pathMemo.size >= PATH_MEMO_ENTRIES) pathMemo.clear();
+  pathMemo.set(url, path);
+  return path;
 }
 
 /** utm_medium and utm_campaign of a URL's query ('' when absent or unparsable). */

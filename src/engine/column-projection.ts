@@ -15,8 +15,12 @@ import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
  * whose write is under way, and open segments, yielding to the event loop between slices.
  */
 
-/** Open events across all project-days before a flush: bounds the heap (~40 B an event of a busy day) to ~40 MiB. */
-export const OPEN_EVENTS_BOUND = 1_000_000;
+/**
+ * Open events across all project-days before a flush: bounds the open columns to ~30–50 MiB. An open event costs ~40 B
+ * of a busy day's columns, ~110 B of typed arrays with the slack of columns that grow by doubling and hundreds of days
+ * open at once (a history import over a year, heap snapshot at 600k open events).
+ */
+export const OPEN_EVENTS_BOUND = 250_000;
 /**
  * Open project-days before a flush: an open segment costs ~9 KiB before its first hundred events (its columns,
  * dictionaries and visit numbering), so a replay over thousands of small projects seals at ~180 MiB, not at 1M events.
