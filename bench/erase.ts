@@ -1,7 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { nodeArgsFor } from '../bin/dist.mjs';
@@ -13,7 +14,8 @@ import { nodeArgsFor } from '../bin/dist.mjs';
  * replays them), then runs a writer of the other project (one event per request every WRITE_EVERY_MS, latency from
  * the intended send time) and a /health ping loop while it sends the DELETE. It reports the DELETE's own time, the
  * writer's p99 and longest wait and /health's longest wait from the DELETE until the service logs that the erasure
- * left every file, that erasure time, and how many copies of the marker are left in the data directory.
+ * left every file, that erasure time, and how many copies of the marker are left in the data directory; then its own
+ * event-loop delay over that time and the machine's load, since on shared cores part of a long wait is this process.
  * Not part of `npm run bench`.
  */
 
@@ -136,6 +138,9 @@ try {
   const pinger = loop(PING_EVERY_MS, pings, () => fetch(`${svc.url}/health`).then((r) => r.arrayBuffer()));
   await new Promise((r) => setTimeout(r, QUIET_MS));
 
+  // this process's own delays: on a loaded machine part of a long wait is the measuring process, not the service
+  const ownDelay = monitorEventLoopDelay({ resolution: 5 });
+  ownDelay.enable();
   const deleteAt = performance.now();
   const del = await call(svc.url, `/projects/${doomed.project.id}`, ADMIN, 'DELETE');
   const deleteMs = performance.now() - deleteAt;
@@ -147,6 +152,7 @@ try {
   }
   const erasedIn = /log records erased from every file in (\d+) ms/.exec(svc.output().slice(outAt))?.[1];
   const doneAt = performance.now();
+  ownDelay.disable();
   await new Promise((r) => setTimeout(r, 1_000));
   running = false;
   await Promise.all([writer, pinger]);
@@ -161,6 +167,7 @@ try {
   console.log(`erasure from every file: ${erasedIn ?? 'NOT FINISHED'} ms (analytics.lmdb ${mb(lmdbBefore)} -> ${mb(lmdbAfter)}); marker copies left in the data directory: ${markersIn(dir)}`);
   console.log(`other tenant's ingest (1 event / ${WRITE_EVERY_MS} ms): before p99 ${f(p99(quiet(writes)))} ms; during erasure p99 ${f(p99(during(writes)))} ms, longest ${f(max(during(writes)))} ms (${during(writes).length} writes)`);
   console.log(`/health (every ${PING_EVERY_MS} ms): before longest ${f(max(quiet(pings)))} ms; during erasure longest ${f(max(during(pings)))} ms, p99 ${f(p99(during(pings)))} ms`);
+  console.log(`this process's own event-loop delay during the erasure: longest ${f(ownDelay.max / 1e6)} ms, p99 ${f(ownDelay.percentile(99) / 1e6)} ms; machine load ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
