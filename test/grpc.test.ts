@@ -642,7 +642,31 @@ describe('standard services', () => {
     }
   });
 
-  test('reflection lists AnalyticsService and describes its methods', async () => {
+  test('health answers NOT_FOUND to Check and SERVICE_UNKNOWN to Watch for a name it does not know', async () => {
+    const raw = new Client(svc.grpcAddress, credentials.createInsecure());
+    const check = healthService.Check;
+    const watch = healthService.Watch;
+    assert.ok(check && watch);
+    try {
+      const err = await refusal(
+        new Promise((resolve, reject) => {
+          raw.makeUnaryRequest(check.path, check.requestSerialize, check.responseDeserialize, { service: 'no.such.Service' }, (e, value) =>
+            e ? reject(e) : resolve(value),
+          );
+        }),
+      );
+      assert.equal(err.code, status.NOT_FOUND);
+      const call = raw.makeServerStreamRequest(watch.path, watch.requestSerialize, watch.responseDeserialize, { service: 'no.such.Service' });
+      call.on('error', () => {});
+      const [first] = (await once(call, 'data')) as [object];
+      assert.deepEqual(first, { status: 'SERVICE_UNKNOWN' });
+      call.cancel();
+    } finally {
+      raw.close();
+    }
+  });
+
+  test('reflection lists AnalyticsService and Health and describes their methods', async () => {
     // ServerReflectionRequest { list_services = 7 }
     const listed = lengthDelimited(await reflect(new BinaryWriter().tag(7, WireType.LengthDelimited).string('*').finish()));
     // ServerReflectionResponse.list_services_response = 6 → ListServiceResponse.service = 1 → ServiceResponse.name = 1
@@ -669,5 +693,15 @@ describe('standard services', () => {
     assert.equal(stream?.serverStreaming, true);
     const projectId = file.messageType.find((m) => m.name === 'Event')?.field.find((f) => f.name === 'project_id');
     assert.equal(projectId?.proto3Optional, true, 'presence of optional fields survives reflection');
+
+    const health = (
+      lengthDelimited(
+        lengthDelimited(await reflect(new BinaryWriter().tag(4, WireType.LengthDelimited).string('grpc.health.v1.Health').finish())).get(4)?.[0] ??
+          new Uint8Array(),
+      ).get(1) ?? []
+    ).map((b) => fromBinary(FileDescriptorProtoSchema, b));
+    const healthFile = health.find((f) => f.package === 'grpc.health.v1');
+    assert.equal(healthFile?.name, 'grpc/health/v1/health.proto');
+    assert.deepEqual(healthFile?.service.find((s) => s.name === 'Health')?.method.map((m) => m.name), ['Check', 'Watch']);
   });
 });

@@ -3,7 +3,6 @@ import type { DescFile } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import type { Server, ServiceDefinition, UntypedServiceImplementation } from '@grpc/grpc-js';
 import type { ReflectionService } from '@grpc/reflection';
-import { service as healthService } from 'grpc-health-check';
 import { createRequire } from 'node:module';
 
 /**
@@ -22,19 +21,19 @@ function withDependencies(file: DescFile, into: Map<string, DescFile>): Map<stri
 }
 
 /**
- * Everything reflection describes: our file and its imports, plus grpc.health.v1 (grpc-health-check builds its
- * definition with proto-loader, whose message definitions carry the descriptors), so `grpcurl list` shows both.
+ * Everything reflection describes: the given files (ours and grpc.health.v1) and their imports, so `grpcurl list`
+ * shows every service the server answers.
  */
-export function reflectionPackage(file: DescFile): PackageDefinition {
-  const files = [...withDependencies(file, new Map()).values()];
+export function reflectionPackage(roots: readonly DescFile[]): PackageDefinition {
+  const byName = new Map<string, DescFile>();
+  for (const root of roots) withDependencies(root, byName);
+  const files = [...byName.values()];
   const fileDescriptorProtos = files.map((f) => Buffer.from(toBinary(FileDescriptorProtoSchema, f.proto)));
   // Reflection indexes symbols from the files, not from the entries, and decodes every entry's files again: one
   // entry carrying them all describes the same and costs one decode instead of one per message (~250 ms at start).
-  const first = file.messages[0];
+  const first = files.find((f) => f.messages.length > 0)?.messages[0];
   const definition: PackageDefinition = {};
   if (first) definition[first.typeName] = { format: 'Protocol Buffer 3 DescriptorProto', type: {}, fileDescriptorProtos };
-  const healthRequest = healthService.Check?.requestType;
-  if (healthRequest !== undefined) definition['grpc.health.v1.HealthCheckRequest'] = healthRequest;
   return definition;
 }
 

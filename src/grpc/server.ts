@@ -28,6 +28,7 @@ import {
   ListProjectsRequestSchema,
   file_analytics_v1_analytics,
 } from '../gen/analytics/v1/analytics_pb.ts';
+import { file_grpc_health_v1_health } from '../gen/grpc/health/v1/health_pb.ts';
 import { MAX_BODY_BYTES } from '../core/limits.ts';
 import type { OperatorMetrics } from '../engine/operator-metrics.ts';
 import type { AnalyticsEngine, Outcome, RequestMeta } from '../engine/types.ts';
@@ -265,7 +266,7 @@ export async function startGrpcServer(engine: AnalyticsEngine, opts: GrpcServerO
 
   // '' is the whole server, as health-checking clients ask by default.
   const health = addHealthService(server, ['', AnalyticsService.typeName]);
-  addLazyReflection(server, () => reflectionPackage(file_analytics_v1_analytics));
+  addLazyReflection(server, () => reflectionPackage([file_analytics_v1_analytics, file_grpc_health_v1_health]));
 
   // grpc-js hides its sockets and has no handshake deadline, so the face owns the TCP listener: each connection passes
   // the guard (caps, and the HTTP/2 preface within the deadline) before it is handed to grpc-js.
