@@ -1,20 +1,30 @@
-// The reporter of `npm test`: one line per finished test file (its place in the run, pass/fail counts, seconds),
-// every failure in full, the slowest files, then the summary. The whole spec output goes to test-results.log at the
-// same time (see package.json); `npm run test:verbose` prints it instead.
+// The reporter of `npm test` (test/run.mjs): one line per finished test file (its place in the run, pass/fail counts,
+// seconds), every failure in full, the slowest files, then the summary. The whole spec output goes to
+// test-results.log at the same time; `npm run test:verbose` prints it instead.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
-import { DURATIONS_FILE } from '../bin/test-files.mjs';
+
+/** Where each file's seconds of the last whole run are kept, for the next run's order (git-ignored). */
+export const DURATIONS_FILE = fileURLToPath(new URL('../test-results.durations.json', import.meta.url));
 
 /** What a crashed test file printed is shown with its failure, up to this much of its end. */
 const MAX_STDERR_CHARS = 4000;
 /** The slowest files listed after the run: where a shorter run would come from. */
 const SLOWEST_LISTED = 10;
 
-/** The test files of this run, as the shell expanded them on the command line (for "n/total"); 0 when unknown. */
-const TOTAL_FILES = process.argv.filter((a) => /\.test\.[cm]?[jt]s$/.test(a)).length;
+/** The reporter for a run of `totalFiles` files (for "n/total"; 0 when unknown). */
+export function fileReporter(totalFiles) {
+  return (source) => report(source, totalFiles);
+}
 
-export default async function* reporter(source) {
+/** As a --test-reporter: the files of the run are those on the command line. */
+export default function reporter(source) {
+  return report(source, process.argv.filter((a) => /\.test\.[cm]?[jt]s$/.test(a)).length);
+}
+
+async function* report(source, totalFiles) {
   const failures = [];
   const summary = [];
   const stderr = new Map();
@@ -40,7 +50,7 @@ export default async function* reporter(source) {
     const seconds = (data.details?.duration_ms ?? 0) / 1000;
     const failed = type === 'test:fail' || data.details?.passed === false;
     finished.push({ file: rel(file), seconds });
-    const place = TOTAL_FILES > 0 ? `${String(finished.length).padStart(String(TOTAL_FILES).length)}/${TOTAL_FILES}` : `${finished.length}`;
+    const place = totalFiles > 0 ? `${String(finished.length).padStart(String(totalFiles).length)}/${totalFiles}` : `${finished.length}`;
     const tally = `${c.pass} passed${c.fail ? `, ${c.fail} failed` : ''}${c.skip ? `, ${c.skip} skipped` : ''}`;
     const elapsed = Math.round((performance.now() - started) / 1000);
     if (failed && c.fail === 0) failures.push(fileFailure(data, stderr));
@@ -91,7 +101,7 @@ export default async function* reporter(source) {
   yield `${summary.join('\n')}\nFull output: test-results.log\n`;
 }
 
-/** Each file's seconds, kept for the next run's order (bin/test-files.mjs: longest first); earlier files' stay. */
+/** Each file's seconds, kept for the next run's order (test/run.mjs: longest first); earlier files' stay. */
 function recordDurations(finished) {
   let seconds = {};
   try {
