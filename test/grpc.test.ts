@@ -666,6 +666,20 @@ describe('standard services', () => {
     }
   });
 
+  test('health List answers every name the server knows with its status', async () => {
+    const raw = new Client(svc.grpcAddress, credentials.createInsecure());
+    const list = healthService.List;
+    assert.ok(list, 'the independent client knows List');
+    try {
+      const answer = await new Promise((resolve, reject) => {
+        raw.makeUnaryRequest(list.path, list.requestSerialize, list.responseDeserialize, {}, (e, value) => (e ? reject(e) : resolve(value)));
+      });
+      assert.deepEqual(answer, { statuses: { '': { status: 'SERVING' }, 'analytics.v1.AnalyticsService': { status: 'SERVING' } } });
+    } finally {
+      raw.close();
+    }
+  });
+
   test('reflection lists AnalyticsService and Health and describes their methods', async () => {
     // ServerReflectionRequest { list_services = 7 }
     const listed = lengthDelimited(await reflect(new BinaryWriter().tag(7, WireType.LengthDelimited).string('*').finish()));
@@ -702,6 +716,6 @@ describe('standard services', () => {
     ).map((b) => fromBinary(FileDescriptorProtoSchema, b));
     const healthFile = health.find((f) => f.package === 'grpc.health.v1');
     assert.equal(healthFile?.name, 'grpc/health/v1/health.proto');
-    assert.deepEqual(healthFile?.service.find((s) => s.name === 'Health')?.method.map((m) => m.name), ['Check', 'Watch']);
+    assert.deepEqual(healthFile?.service.find((s) => s.name === 'Health')?.method.map((m) => m.name), ['Check', 'Watch', 'List']);
   });
 });

@@ -6,14 +6,15 @@ import {
   HealthCheckRequestSchema,
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
+  HealthListResponseSchema,
 } from '../gen/grpc/health/v1/health_pb.ts';
-import type { HealthCheckResponse } from '../gen/grpc/health/v1/health_pb.ts';
+import type { HealthCheckResponse, HealthListResponse } from '../gen/grpc/health/v1/health_pb.ts';
 import { serverDefinition } from './service-definition.ts';
 
 /**
  * grpc.health.v1.Health from our generated descriptors (a health library would parse health.proto with a second
  * schema loader at every start). Check answers a known name's status and NOT_FOUND for any other; Watch sends the
- * current status at once (SERVICE_UNKNOWN for an unknown name) and then each change.
+ * current status at once (SERVICE_UNKNOWN for an unknown name) and then each change; List answers every name's.
  *
  * At shutdown every Watch call gets NOT_SERVING and is then ended. A Watch never ends by itself, so without this one
  * watching client (a load balancer, a probe) would hold tryShutdown open until the grace period runs out and calls
@@ -61,6 +62,9 @@ export function addHealthService(server: Pick<Server, 'addService'>, names: read
       const status = statuses.get(name);
       if (status === undefined) callback({ code: grpcStatus.NOT_FOUND, details: `Health status unknown for service ${name}` });
       else callback(null, answer(status));
+    },
+    list(_call: ServerUnaryCall<Buffer, HealthListResponse>, callback: sendUnaryData<HealthListResponse>) {
+      callback(null, create(HealthListResponseSchema, { statuses: Object.fromEntries([...statuses].map(([name, status]) => [name, answer(status)])) }));
     },
     watch(call: WatchCall) {
       const name = askedName(call.request);
