@@ -1,7 +1,7 @@
 // The reporter of `npm test` (test/run.mjs): one line per finished test file (its place in the run, pass/fail counts,
 // seconds), every failure in full, the slowest files, then the summary. The whole spec output goes to
 // test-results.log at the same time; `npm run test:verbose` prints it instead.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
@@ -14,17 +14,20 @@ const MAX_STDERR_CHARS = 4000;
 /** The slowest files listed after the run: where a shorter run would come from. */
 const SLOWEST_LISTED = 10;
 
-/** The reporter for a run of `totalFiles` files (for "n/total"; 0 when unknown). */
-export function fileReporter(totalFiles) {
-  return (source) => report(source, totalFiles);
+/**
+ * The reporter for a run of `totalFiles` files (for "n/total"; 0 when unknown). `wholeRun`: every test file ran, so
+ * their seconds replace the recorded ones (a run of a few files would rank them first next time, however short).
+ */
+export function fileReporter(totalFiles, wholeRun = false) {
+  return (source) => report(source, totalFiles, wholeRun);
 }
 
-/** As a --test-reporter: the files of the run are those on the command line. */
+/** As a --test-reporter: the files of the run are those on the command line; nothing is recorded. */
 export default function reporter(source) {
-  return report(source, process.argv.filter((a) => /\.test\.[cm]?[jt]s$/.test(a)).length);
+  return report(source, process.argv.filter((a) => /\.test\.[cm]?[jt]s$/.test(a)).length, false);
 }
 
-async function* report(source, totalFiles) {
+async function* report(source, totalFiles, wholeRun) {
   const failures = [];
   const summary = [];
   const stderr = new Map();
@@ -95,20 +98,15 @@ async function* report(source, totalFiles) {
   for (const [file, data] of [...pending]) yield finish(file, 'test:complete', data);
   yield '\n';
   if (failures.length > 0) yield `Failures (${failures.length}):\n\n${failures.join('\n\n')}\n\n`;
-  recordDurations(finished);
+  if (wholeRun) recordDurations(finished);
   const slowest = finished.sort((a, b) => b.seconds - a.seconds).slice(0, SLOWEST_LISTED);
   if (slowest.length > 0) yield `Slowest files:\n${slowest.map((f) => `  ${f.seconds.toFixed(1).padStart(6)} s  ${f.file}`).join('\n')}\n\n`;
   yield `${summary.join('\n')}\nFull output: test-results.log\n`;
 }
 
-/** Each file's seconds, kept for the next run's order (test/run.mjs: longest first); earlier files' stay. */
+/** Each file's seconds of a whole run, kept for the next run's order (test/run.mjs: longest first). */
 function recordDurations(finished) {
-  let seconds = {};
-  try {
-    seconds = JSON.parse(readFileSync(DURATIONS_FILE, 'utf8'));
-  } catch {
-    // no run recorded yet
-  }
+  const seconds = {};
   for (const f of finished) seconds[f.file] = Math.round(f.seconds * 10) / 10;
   try {
     writeFileSync(DURATIONS_FILE, `${JSON.stringify(seconds, null, 1)}\n`);

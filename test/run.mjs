@@ -83,7 +83,7 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   if (verbose) {
     stream.compose(spec).pipe(process.stdout);
   } else {
-    stream.compose(fileReporter(files.length)).pipe(process.stdout);
+    stream.compose(fileReporter(files.length, named.length === 0)).pipe(process.stdout);
     stream.compose(spec).pipe(createWriteStream(LOG_FILE));
   }
 }
