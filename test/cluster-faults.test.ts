@@ -1,3 +1,5 @@
+// long because the two fault scenarios share one harness (a 3-server NATS cluster, two service nodes, publishers that
+// record every acknowledgement, and the checks that nothing was lost or counted twice), which is most of the file.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

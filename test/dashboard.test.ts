@@ -1,3 +1,5 @@
+// long because each test drives the real dashboard in Chromium through one flow a person follows (sign in, range,
+// project switch, share link, realtime, errors), and they share the browser and page helpers at the top.
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { after, before, test } from 'node:test';

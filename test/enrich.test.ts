@@ -1,3 +1,5 @@
+// long because it is a table of cases: every traffic source, browser, OS, device and country rule the enricher
+// applies, each asserted on real header and referrer strings.
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,3 +1,5 @@
+// long because it is the whole gRPC face over real sockets: every method, status, limit, stream behaviour, health
+// and reflection, sharing one service and client setup.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';

@@ -1,3 +1,5 @@
+// long because the JetStream stores (stream, catalog, owners, usage, snapshots) are tested against one real NATS
+// cluster started once for the file.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';

@@ -1,3 +1,5 @@
+// long because the column store's answers are checked against SQL over the same events, and the event generator and
+// the SQL for each question are written out here beside the questions.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
