@@ -3,6 +3,7 @@ import type { EventInput } from './event-schema.ts';
 import { HISTORY_FIELDS, isoMillis, KNOWN_FIELDS } from './event-schema.ts';
 import { HISTORY_MIN_TS, MAX_FUTURE_MS, MAX_PAST_MS } from './limits.ts';
 import type { LineItem, Scalar, StoredEvent } from './types.ts';
+import { boundedMemo } from './bounded-memo.ts';
 
 /** What the engine has worked out about the request and the event before it can be stored. */
 export interface NormalizeContext {
@@ -111,24 +112,17 @@ function normalizeCountry(c: string | undefined): string | undefined {
  * an event. Past this many the memo starts over, so millions of distinct URLs hold at most this many (~1 MiB).
  */
 const PATH_MEMO_ENTRIES = 4_096;
-const pathMemo = new Map<string, string>();
 
 /** URL path without query or fragment: pages are counted by path. */
-export function urlPath(url: string): string {
+export const urlPath: (url: string) => string = boundedMemo(PATH_MEMO_ENTRIES, (url) => {
   if (url === '') return '';
-  const known = pathMemo.get(url);
-  if (known !== undefined) return known;
-  let path: string;
   try {
     // Bare paths go through the same parser as absolute URLs, so /café and https://x/café are one page (/caf%C3%A9).
-    path = new URL(url, 'http://path.invalid').pathname;
+    return new URL(url, 'http://path.invalid').pathname;
   } catch {
-    path = '';
+    return '';
   }
-  if (pathMemo.size >= PATH_MEMO_ENTRIES) pathMemo.clear();
-  pathMemo.set(url, path);
-  return path;
-}
+});
 
 /** utm_medium and utm_campaign of a URL's query ('' when absent or unparsable). */
 export function utmOf(url: string): { medium: string; campaign: string } {

@@ -1,3 +1,4 @@
+import { boundedMemo } from '../core/bounded-memo.ts';
 import { KNOWN_SOURCE_HOSTS, KNOWN_SOURCE_PATTERNS } from './known-sources.ts';
 
 /**
@@ -89,22 +90,14 @@ type ParsedReferrer =
   | { direct: false; host: string | undefined; result: TrafficSource };
 
 const DIRECT_REFERRER: ParsedReferrer = { direct: true };
-const referrerMemo = new Map<string, ParsedReferrer>();
-const pageHostMemo = new Map<string, string>();
-
-function remember<T>(memo: Map<string, T>, key: string, value: T): T {
-  if (memo.size >= MEMO_ENTRIES) memo.clear();
-  memo.set(key, value);
-  return value;
-}
 
 function normalizeReferrer(raw: string, pageUrl: string): TrafficSource {
-  const parsed = referrerMemo.get(raw) ?? remember(referrerMemo, raw, parseReferrer(raw));
+  const parsed = parsedReferrer(raw);
   if (parsed.direct || (parsed.host !== undefined && parsed.host === pageHost(pageUrl))) return { referrer: '', source: DIRECT };
   return { referrer: parsed.result.referrer, source: parsed.result.source };
 }
 
-function parseReferrer(raw: string): ParsedReferrer {
+const parsedReferrer = boundedMemo(MEMO_ENTRIES, (raw): ParsedReferrer => {
   const trimmed = raw.trim();
   if (trimmed === '' || NO_REFERRER_SCHEME.test(trimmed)) return DIRECT_REFERRER;
 
@@ -122,16 +115,14 @@ function parseReferrer(raw: string): ParsedReferrer {
   if (LOCAL_HOSTS.has(host) || host.endsWith('.localhost')) return DIRECT_REFERRER;
   const normalized = `${parsed.protocol}//${parsed.host}${parsed.pathname}`.slice(0, MAX_REFERRER_LENGTH);
   return { direct: false, host, result: { referrer: normalized, source: knownSourceName(host) ?? host } };
-}
+});
 
 /** The host of an absolute page URL without `www.`; '' for a path (then self-referrals cannot be recognized). */
-function pageHost(url: string): string {
-  const known = pageHostMemo.get(url);
-  if (known !== undefined) return known;
+const pageHost = boundedMemo(MEMO_ENTRIES, (url) => {
   if (!HAS_SCHEME.test(url)) return '';
   const parsed = parseUrl(url);
-  return remember(pageHostMemo, url, parsed === undefined ? '' : stripWww(parsed.hostname));
-}
+  return parsed === undefined ? '' : stripWww(parsed.hostname);
+});
 
 /** The most specific table entry or pattern for `host` or one of its parent domains. */
 export function knownSourceName(host: string): string | undefined {
