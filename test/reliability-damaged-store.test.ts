@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { MAGIC } from '../src/store/files/snapshot-format.ts';
+import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { pv, storedEvents } from './contract-helpers.ts';
 import { api, createProject, startTestService } from './helpers.ts';
 import { startServiceProcess } from './service-process.ts';
@@ -81,6 +83,17 @@ test('one stored eventId damaged in a copy of a real data dir: the service names
     }
     assert.match(await waitFor(child.output, /remembered eventIds: checked against \d+ log records[^\n]*/), /[1-9]\d* missing id\(s\) rebuilt from the log/);
     assert.equal(await storedEvents(child.url, key), BATCHES * PER_BATCH, 'totals unchanged');
+    const exited = once(child.proc, 'exit');
+    child.proc.kill('SIGTERM');
+    await exited;
+    child = undefined;
+    // The start removed the damaged record from LMDB: a pass over the table finds nothing left to remove.
+    const store = LogStore.open(damaged, 'commit');
+    try {
+      assert.equal(await store.openRememberedIds().expire(Date.now()), 0);
+    } finally {
+      await store.close();
+    }
   } finally {
     child?.proc.kill('SIGKILL');
     rmSync(work, { recursive: true, force: true });

@@ -236,23 +236,31 @@ export class RememberedIds {
     const table = new NumberCounts();
     for (;;) {
       // expired ids go, and so do damaged records (they answer nothing; the log check puts their ids back)
-      const dead: Buffer[] = [];
+      const expired: IdKey[] = [];
+      const damaged: Buffer[] = [];
       let last: Buffer | undefined;
       let seen = 0;
       // Slice by key: no read transaction is held across turns.
       for (const { raw, key, rt, problem } of this.stored(start)) {
         if (seen++ >= EXPIRE_SLICE) break;
         last = raw;
-        if (problem || !key || now - rt >= DEDUP_WINDOW_MS) dead.push(raw);
+        if (problem || !key) damaged.push(raw);
+        else if (now - rt >= DEDUP_WINDOW_MS) expired.push(key);
         else table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
       }
-      if (dead.length > 0) {
+      if (expired.length > 0 || damaged.length > 0) {
         for (let g = this.gate(); g; g = this.gate()) await g;
-        await this.raw.transaction(() => {
-          for (const k of dead) this.raw.removeSync(k);
-        });
+        // By their decoded key: lmdb-js's removeSync on the binary-keyed handle found most keys absent (measured on
+        // lmdb 3.x: 22,533 of 25,000 expired ids stayed in LMDB for good, and every start read them all again).
+        if (expired.length > 0) {
+          await this.db.transaction(() => {
+            for (const k of expired) this.db.removeSync(k);
+          });
+        }
+        // A damaged key decodes to nothing: removed by its bytes, one by one (the async remove finds them).
+        for (const k of damaged) await this.raw.remove(k);
       }
-      removed += dead.length;
+      removed += expired.length + damaged.length;
       if (seen <= EXPIRE_SLICE || !last || this.stopped) break;
       start = last;
       await new Promise((resolve) => setImmediate(resolve));
