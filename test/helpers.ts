@@ -90,7 +90,17 @@ export async function api<T = any>(base: string, route: string, opts: ApiOptions
   if (body !== undefined && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) {
     headers['content-type'] = 'application/json';
   }
-  const res = await fetch(base + route, { method: opts.method ?? (body !== undefined ? 'POST' : 'GET'), headers, body });
+  const method = opts.method ?? (body !== undefined ? 'POST' : 'GET');
+  let res: Response;
+  try {
+    res = await fetch(base + route, { method, headers, body });
+  } catch (err) {
+    // A service restarted on port 0 can get its old port back; fetch may then send a GET on a kept-alive socket the
+    // stopped service closed ("other side closed"). A GET changes nothing, so it is sent once more on a new socket.
+    const cause = (err as { cause?: { message?: string } }).cause;
+    if (method !== 'GET' || cause?.message !== 'other side closed') throw err;
+    res = await fetch(base + route, { method, headers, body });
+  }
   const text = await res.text();
   let parsed: unknown = text;
   try {
