@@ -1,10 +1,12 @@
-import { existsSync, renameSync, rmSync } from 'node:fs';
+import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { decodeDay, decodeSegment, verifySegment } from '../../core/columns/codec.ts';
 import type { VisitTable } from '../../core/columns/day-table.ts';
 import type { SegmentView } from '../../core/columns/segment.ts';
+import { removeReplaced, replaceFile } from './replace-file.ts';
 
 /**
  * Sealed column segments in their own LMDB environment (`columns.lmdb` in the data directory), so a rebuild or an
@@ -60,7 +62,10 @@ export class ColumnStore {
   }
 
   static open(dataDir: string, opts: { readOnly?: boolean } = {}): ColumnStore {
-    return new ColumnStore(dataDir, opts.readOnly === true);
+    const store = new ColumnStore(dataDir, opts.readOnly === true);
+    // an old file a crash left under its second name mid-swap: off the main thread
+    if (opts.readOnly !== true) void removeReplaced(store.file).catch(() => {});
+    return store;
   }
 
   /** Whether a data directory has a columns file (a read-only tool on an older directory finds none). */
@@ -235,9 +240,9 @@ export class ColumnStore {
     this.copyGate = new Promise<void>((r) => (releaseCopy = r));
     const tmp = `${this.file}.compact`;
     let target: RootDatabase | undefined;
+    let freed: Promise<void> | undefined;
     try {
-      rmSync(tmp, { force: true });
-      rmSync(`${tmp}-lock`, { force: true });
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true }), removeReplaced(this.file)]);
       await this.root.transaction(() => {});
       await this.root.flushed;
       this.copying = [];
@@ -263,17 +268,17 @@ export class ColumnStore {
         await target.close();
         target = undefined;
         await this.root.close();
-        renameSync(tmp, this.file);
+        freed = replaceFile(tmp, this.file);
         this.openEnv();
       } finally {
         this.gate = undefined;
         release();
       }
+      await freed;
     } finally {
       this.copying = undefined;
       if (target) await target.close().catch(() => {});
-      rmSync(tmp, { force: true });
-      rmSync(`${tmp}-lock`, { force: true });
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true })]);
       this.copyGate = undefined;
       releaseCopy();
     }

@@ -1,7 +1,8 @@
-import { renameSync, rmSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { MAP_SIZE, MAX_DBS, STRUCTURES_KEY, yieldTurn, type LmdbEnv } from './log-env.ts';
 import type { LogReader } from './log-read.ts';
+import { removeReplaced, replaceFile } from './replace-file.ts';
 import type { IdKey } from './remembered-ids.ts';
 
 /** A compaction's catch-up transactions (writes made during the copy, copied into it) hold the copy's writer this long. */
@@ -61,9 +62,10 @@ export class LogCompaction {
     let releaseCopy!: () => void;
     env.copyGate = new Promise<void>((r) => (releaseCopy = r));
     let target: RootDatabase | undefined;
+    let freed: Promise<void> | undefined;
     try {
-      rmSync(tmp, { force: true });
-      rmSync(`${tmp}-lock`, { force: true });
+      // a copy or an old file a crash left behind: removed off the main thread (they can be as large as the log)
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true }), removeReplaced(env.file)]);
       await env.root.transaction(() => {}); // every queued write is committed first
       await env.root.flushed;
       env.copying = { touched: new Set(), copied: env.lastKey() };
@@ -94,7 +96,7 @@ export class LogCompaction {
         env.swapKeys = new Map([...env.keys.getRange()].map(({ key, value }) => [key, value]));
         env.swapping = true;
         await env.root.close();
-        renameSync(tmp, env.file);
+        freed = replaceFile(tmp, env.file);
         env.open();
       } finally {
         env.swapping = false;
@@ -102,11 +104,12 @@ export class LogCompaction {
         env.gate = undefined;
         release();
       }
+      // the old file (with what an erasure removed) is gone from the disk once this resolves
+      await freed;
     } finally {
       env.copying = undefined;
       if (target) await target.close().catch(() => {});
-      rmSync(tmp, { force: true });
-      rmSync(`${tmp}-lock`, { force: true });
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true })]);
       env.copyGate = undefined;
       releaseCopy();
     }

@@ -16,6 +16,7 @@ import { LogReader, storedEntries, type StoredEntries } from './log-read.ts';
 import { LogRetention } from './log-retention.ts';
 import { RememberedIds, type LoggedId } from './remembered-ids.ts';
 import { SealedStore } from './sealed-store.ts';
+import { removeReplaced } from './replace-file.ts';
 
 export type { Durability } from './log-append.ts';
 export { LogDamage } from './log-entry-format.ts';
@@ -92,6 +93,8 @@ export class LogStore {
       const store = new LogStore(dataDir, durability, opts.readOnly === true, opts.writeFormat ?? 4, opts.faults);
       store.hold = hold;
       opts.entries?.(storedEntries(store.env));
+      // an old file a crash left under its second name mid-swap (it may hold an erased project): off the main thread
+      if (hold !== undefined) void removeReplaced(store.env.file).catch((err: unknown) => opts.log?.(`could not remove an old copy of ${store.env.file}: ${err instanceof Error ? err.message : String(err)}`));
       return store;
     } catch (err) {
       if (hold !== undefined) releaseDataDir(hold);
