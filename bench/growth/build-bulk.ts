@@ -22,15 +22,16 @@ import { traffic } from './traffic.ts';
 
 /**
  * The growth build in bulk: the same directory the replay build (build-replay.ts) writes, event for event, in large
- * transactions and on both cores. Two processes walk the same deterministic traffic:
+ * transactions and on both cores. Three processes walk the same deterministic traffic:
  * - this one writes the log: LogStore.append in the replay build's 20k batches (so entries and dictionaries are the
  *   same), many batches per commit, and the eventIds of the last 48 h only (the replay build writes all of them and
  *   then expires the rest, as a year-old service would have);
  * - a child (`bulkState`) folds every record with the real reducer (apply), takes the days it hands over for sealing
  *   at the end of each 20k batch as the Sealer would, seals them with sealDay and rolls months up with rollupMonth
- *   exactly when the Sealer would have (see SealPlan), writes them through SealedStore in large transactions, builds
- *   each project-day's column segment once (SegmentBuilder, mergeDay, encodeSegment: the merged form the projection
- *   leaves a finished day in) through ColumnStore, and writes the snapshot of the live state.
+ *   exactly when the Sealer would have (see SealPlan), writes them through SealedStore in large transactions, and
+ *   writes the snapshot of the live state;
+ * - a child (`bulkColumns`) builds each project-day's column segment once (SegmentBuilder, mergeDay, encodeSegment:
+ *   the merged form the projection leaves a finished day in) and writes them through ColumnStore.
  * Checked against the replay build by test/growth-bulk-build.test.ts (the service answers the same on both).
  */
 
@@ -42,6 +43,8 @@ const ID_MARGIN_MS = 3_600_000;
 const SEALED_PER_WRITE = 20_000;
 const SEGMENTS_PER_WRITE = 5_000;
 
+/** The children allocate hundreds of short-lived objects per event: a larger young generation scavenges less often. */
+const CHILD_ARGS = ['--max-old-space-size=8192', '--max-semi-space-size=64'];
 const CHILD = path.join(path.dirname(new URL(import.meta.url).pathname), 'growth-worker.ts');
 
 export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
@@ -50,9 +53,11 @@ export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
   if (store.lastSeq() !== 0) throw new Error(`bulk build needs an empty data directory: ${a.dir} holds a log`);
   const ids = projectIds(a.projects);
   const { adminKey, secretKey } = await putProjects(store, a, ids);
-  const child = new BenchChild(CHILD, { nodeArgs: ['--max-old-space-size=8192'] });
+  const stateChild = new BenchChild(CHILD, { nodeArgs: CHILD_ARGS });
+  const columnsChild = new BenchChild(CHILD, { nodeArgs: CHILD_ARGS });
   try {
-    const stateDone = child.call<StateResult>('bulkState', { ...a, mode: 'bulk' });
+    const stateDone = stateChild.call<StateResult>('bulkState', { ...a, mode: 'bulk' });
+    const columnsDone = columnsChild.call<{ lastSeq: number; seconds: number }>('bulkColumns', { ...a, mode: 'bulk' });
     const every = a.appendBatch ?? APPEND_BATCH;
     const rememberedIds = store.openRememberedIds();
     const idsFrom = Date.now() - DEDUP_WINDOW_MS - ID_MARGIN_MS;
@@ -78,8 +83,8 @@ export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
     await rememberedIds.expire(Date.now());
     const logSeq = store.lastSeq();
     const logSeconds = (performance.now() - started) / 1000;
-    const st = await stateDone;
-    if (st.lastSeq !== logSeq) throw new Error(`bulk build: the log ends at ${logSeq}, the state at ${st.lastSeq}`);
+    const [st, cols] = await Promise.all([stateDone, columnsDone]);
+    if (st.lastSeq !== logSeq || cols.lastSeq !== logSeq) throw new Error(`bulk build: the log ends at ${logSeq}, the state at ${st.lastSeq}, the columns at ${cols.lastSeq}`);
     await store.close();
     return {
       seconds: (performance.now() - started) / 1000,
@@ -94,10 +99,10 @@ export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
       secretKey,
       adminKey,
       mode: 'bulk',
-      parts: { logSeconds, stateSeconds: st.seconds },
+      parts: { logSeconds, stateSeconds: st.seconds, columnsSeconds: cols.seconds },
     };
   } finally {
-    await child.stop();
+    await Promise.all([stateChild.stop(), columnsChild.stop()]);
   }
 }
 
@@ -158,30 +163,76 @@ class SealPlan {
   }
 }
 
-/** The state child: reducer, sealing, month rollups, column segments and the snapshot (see buildBulk). */
+/** The state child: reducer, sealing, month rollups and the snapshot (see buildBulk). */
 export async function bulkState(a: BuildArgs): Promise<StateResult> {
   const started = performance.now();
   const ids = projectIds(a.projects);
   // The log store's environment, without its hold on the directory (the parent holds it and writes the log meanwhile).
   const env = new LmdbEnv(path.join(a.dir, 'analytics.lmdb'), false);
   const sealedStore = new SealedStore(env.root);
-  const columns = ColumnStore.open(a.dir);
   const state = new AnalyticsState();
   const plan = new SealPlan();
-  const open = new Map<string, { projectId: string; day: string; b: SegmentBuilder }>();
   let sealedDays = 0;
   let days: Array<{ projectId: string; day: SealedDay }> = [];
   let months: Array<{ projectId: string; month: SealedMonth }> = [];
-  let segments: Array<{ projectId: string; day: string; segNo: number; bytes: Uint8Array }> = [];
   let writing: Promise<void> = Promise.resolve();
-  const write = async (marker: number) => {
+  const write = async () => {
     const w = { days, months };
-    const s = segments;
     days = [];
     months = [];
-    segments = [];
     await writing;
-    writing = Promise.all([w.days.length + w.months.length > 0 ? sealedStore.write(w) : undefined, columns.write(s, marker)]).then(() => {});
+    writing = w.days.length + w.months.length > 0 ? sealedStore.write(w) : Promise.resolve();
+  };
+  const batchEnd = async () => {
+    const queue = takeSealQueue(state);
+    const sealed = queue.map((r) => ({ projectId: r.projectId, day: sealDay(r.day) }));
+    for (let i = 0; i < queue.length; i++) dropSealed(state, queue[i]!.projectId, queue[i]!.day, sealed[i]!.day.lastSeq);
+    sealedDays += sealed.length;
+    days.push(...sealed);
+    months.push(...plan.batchEnd(sealed, state.maxRt));
+    if (days.length >= SEALED_PER_WRITE) await write();
+  };
+  const every = a.appendBatch ?? APPEND_BATCH;
+  let seq = 0;
+  let inBatch = 0;
+  for (const r of traffic(a, ids)) {
+    apply(state, ++seq, r);
+    if (++inBatch === every) {
+      inBatch = 0;
+      await batchEnd();
+    }
+  }
+  if (inBatch > 0) await batchEnd();
+  await write();
+  await writing;
+  let liveDays = 0;
+  for (const p of state.projects.values()) liveDays += p.days.size;
+  const files = new SnapshotFiles(a.dir);
+  const { file } = await files.write(toSnapshot(state));
+  await files.close();
+  await env.root.close();
+  return { lastSeq: state.lastSeq, liveDays, sealedDays, snapshotBytes: statSync(file).size, seconds: (performance.now() - started) / 1000 };
+}
+
+/**
+ * The columns child: each project-day's events into one SegmentBuilder, sealed once the traffic has moved past the
+ * day, merged (mergeDay: the form the projection leaves an idle day in) and encoded, written through ColumnStore with
+ * the marker at the log's end (see buildBulk).
+ */
+export async function bulkColumns(a: BuildArgs): Promise<{ lastSeq: number; segments: number; seconds: number }> {
+  const started = performance.now();
+  const ids = projectIds(a.projects);
+  const columns = ColumnStore.open(a.dir);
+  const open = new Map<string, { projectId: string; day: string; b: SegmentBuilder }>();
+  let segments: Array<{ projectId: string; day: string; segNo: number; bytes: Uint8Array }> = [];
+  let written = 0;
+  let writing: Promise<void> = Promise.resolve();
+  const write = async (marker: number) => {
+    const s = segments;
+    segments = [];
+    written += s.length;
+    await writing;
+    writing = columns.write(s, marker);
   };
   /** Seals the column segments of the days before `before` (no event of theirs can come any more). */
   const closeDays = (before: string) => {
@@ -192,41 +243,26 @@ export async function bulkState(a: BuildArgs): Promise<StateResult> {
       segments.push({ projectId: o.projectId, day: o.day, segNo: 0, bytes: encodeSegment(dt.view, crc, dt.table) });
     }
   };
-  const batchEnd = async (lastDay: string | undefined) => {
-    const queue = takeSealQueue(state);
-    const sealed = queue.map((r) => ({ projectId: r.projectId, day: sealDay(r.day) }));
-    for (let i = 0; i < queue.length; i++) dropSealed(state, queue[i]!.projectId, queue[i]!.day, sealed[i]!.day.lastSeq);
-    sealedDays += sealed.length;
-    days.push(...sealed);
-    months.push(...plan.batchEnd(sealed, state.maxRt));
-    // A record of day D comes from the traffic of day D or D - 1 (a session over midnight): days before D - 1 are whole.
-    if (lastDay !== undefined) closeDays(addDays(lastDay, -1));
-    if (days.length >= SEALED_PER_WRITE || segments.length >= SEGMENTS_PER_WRITE) await write(0);
-  };
-  const every = a.appendBatch ?? APPEND_BATCH;
   let seq = 0;
-  let inBatch = 0;
+  let day = '';
   for (const r of traffic(a, ids)) {
-    apply(state, ++seq, r);
+    ++seq;
+    if (r.day !== day) {
+      // A record of day D comes from the traffic of day D or D - 1 (a session over midnight): days before D - 1 are whole.
+      if (r.day > day) {
+        closeDays(addDays(r.day, -1));
+        if (segments.length >= SEGMENTS_PER_WRITE) await write(0);
+      }
+      day = r.day;
+    }
     const k = `${r.p}\u0000${r.day}`;
     let o = open.get(k);
     if (!o) open.set(k, (o = { projectId: r.p, day: r.day, b: new SegmentBuilder(utcMidnight(r.day), new DayIds()) }));
     o.b.append(seq, r);
-    if (++inBatch === every) {
-      inBatch = 0;
-      await batchEnd(r.day);
-    }
   }
-  if (inBatch > 0) await batchEnd(undefined);
   closeDays('\uffff');
   await write(seq);
   await writing;
-  let liveDays = 0;
-  for (const p of state.projects.values()) liveDays += p.days.size;
-  const files = new SnapshotFiles(a.dir);
-  const { file } = await files.write(toSnapshot(state));
-  await files.close();
   await columns.close();
-  await env.root.close();
-  return { lastSeq: state.lastSeq, liveDays, sealedDays, snapshotBytes: statSync(file).size, seconds: (performance.now() - started) / 1000 };
+  return { lastSeq: seq, segments: written, seconds: (performance.now() - started) / 1000 };
 }

@@ -44,8 +44,8 @@ export interface BuildResult {
   secretKey: string;
   adminKey: string;
   mode: 'bulk' | 'replay';
-  /** bulk: seconds of the log writer and of the state child, which run side by side */
-  parts?: { logSeconds: number; stateSeconds: number };
+  /** bulk: seconds of the log writer, the state child and the columns child, which run side by side */
+  parts?: { logSeconds: number; stateSeconds: number; columnsSeconds: number };
 }
 
 export function projectIds(n: number): string[] {

@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config.ts';
 import { startService, type RunningService } from '../../src/service.ts';
 import { serveCommands } from '../lib/child.ts';
-import { buildBulk, bulkState } from './build-bulk.ts';
+import { buildBulk, bulkColumns, bulkState } from './build-bulk.ts';
 import type { BuildArgs, BuildResult } from './build-common.ts';
 import { buildReplay } from './build-replay.ts';
 
@@ -13,7 +13,7 @@ export type { BuildArgs, BuildResult } from './build-common.ts';
  * The growth child of bench/growth.ts, one process per step so heaps and RSS do not carry over:
  * - `build`: N events over D days for P projects (Zipf traffic), in receive-time order: the log, sealed days, month
  *   rollups, column segments and the snapshot of what is left live, as a service that took that traffic would hold
- *   them. In bulk by default (build-bulk.ts, with `bulkState` in a second process); `mode: 'replay'` through the
+ *   them. In bulk by default (build-bulk.ts, with `bulkState` and `bulkColumns` in two more processes); `mode: 'replay'` through the
  *   service's own per-batch path with the real Sealer (build-replay.ts), which the bulk build is tested against.
  * - `serve` / `memory` / `stop`: the service on that data directory, from a fresh process.
  * - `ping`: GET /health every 5 ms from outside the service; the longest wait is the longest event-loop block.
@@ -25,17 +25,23 @@ async function build(a: BuildArgs): Promise<BuildResult> {
 
 let service: RunningService | undefined;
 
+/** Anonymous RSS is what the process holds itself; LMDB's mapped pages (file-backed) are the page cache's. */
+function anonBytes(): number {
+  const anon = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return anon ? Number(anon[1]) * 1024 : 0;
+}
+
 function gc(): void {
   (globalThis as { gc?: () => void }).gc?.();
 }
 
-async function serve(a: { dir: string; adminKey: string; env?: Record<string, string> }): Promise<{ url: string; startMs: number; rssBytes: number }> {
+async function serve(a: { dir: string; adminKey: string; env?: Record<string, string> }): Promise<{ url: string; startMs: number; rssBytes: number; anonBytes: number }> {
   const config = loadConfig({ PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: a.dir, ANALYTICS_ADMIN_KEY: a.adminKey, ANALYTICS_QUIET: '1', ...a.env });
   const t = performance.now();
   service = await startService(config, { log: () => {} });
   const startMs = performance.now() - t;
   gc();
-  return { url: service.url, startMs, rssBytes: process.memoryUsage().rss };
+  return { url: service.url, startMs, rssBytes: process.memoryUsage().rss, anonBytes: anonBytes() };
 }
 
 /** GET /health every `everyMs` for `durationMs`: the longest answer is the longest the service's loop was blocked. */
@@ -56,14 +62,13 @@ async function ping(a: { url: string; durationMs: number; everyMs: number }): Pr
 serveCommands({
   build,
   bulkState,
+  bulkColumns,
   serve,
   ping,
   memory() {
     gc();
-    // Anonymous RSS is what the process holds itself; LMDB's mapped pages (file-backed) are the page cache's.
-    const anon = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
     const m = process.memoryUsage();
-    return { rssBytes: m.rss, anonBytes: anon ? Number(anon[1]) * 1024 : 0, heapUsedBytes: m.heapUsed, arrayBuffersBytes: m.arrayBuffers };
+    return { rssBytes: m.rss, anonBytes: anonBytes(), heapUsedBytes: m.heapUsed, arrayBuffersBytes: m.arrayBuffers };
   },
   async snapshotNow() {
     const t = performance.now();
