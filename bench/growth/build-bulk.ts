@@ -39,8 +39,9 @@ import { traffic } from './traffic.ts';
 const APPENDS_PER_COMMIT = 10;
 /** eventIds written reach this far before the 48-hour window of the build's start: the final expiry trims them exactly. */
 const ID_MARGIN_MS = 3_600_000;
-/** Sealed days (and column segments) per transaction of the state child: a few tens of MB. */
+/** Sealed days per transaction of the state child: a few tens of MB. */
 const SEALED_PER_WRITE = 20_000;
+/** Column segments per transaction of the columns child: tens of MB for small days, one busy day is a few MB. */
 const SEGMENTS_PER_WRITE = 5_000;
 
 /** The children allocate hundreds of short-lived objects per event: a larger young generation scavenges less often. */
@@ -58,12 +59,15 @@ export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
   try {
     const stateDone = stateChild.call<StateResult>('bulkState', { ...a, mode: 'bulk' });
     const columnsDone = columnsChild.call<{ lastSeq: number; seconds: number }>('bulkColumns', { ...a, mode: 'bulk' });
+    // Awaited after the log is written; a child that fails meanwhile is reported there, not as an unhandled rejection.
+    const children = Promise.all([stateDone, columnsDone]);
+    children.catch(() => {});
     const every = a.appendBatch ?? APPEND_BATCH;
     const rememberedIds = store.openRememberedIds();
     const idsFrom = Date.now() - DEDUP_WINDOW_MS - ID_MARGIN_MS;
     let inFlight: Array<Promise<number>> = [];
     const append = (records: StoredEvent[]) => {
-      const recent = records[records.length - 1]!.rt >= idsFrom ? records.filter((r) => r.rt >= idsFrom) : [];
+      const recent = records.filter((r) => r.rt >= idsFrom);
       inFlight.push(store.append(records, recent.length > 0 ? () => rememberedIds.writeWith(recent) : undefined));
     };
     let batch: StoredEvent[] = [];
@@ -83,7 +87,7 @@ export async function buildBulk(a: BuildArgs): Promise<BuildResult> {
     await rememberedIds.expire(Date.now());
     const logSeq = store.lastSeq();
     const logSeconds = (performance.now() - started) / 1000;
-    const [st, cols] = await Promise.all([stateDone, columnsDone]);
+    const [st, cols] = await children;
     if (st.lastSeq !== logSeq || cols.lastSeq !== logSeq) throw new Error(`bulk build: the log ends at ${logSeq}, the state at ${st.lastSeq}, the columns at ${cols.lastSeq}`);
     await store.close();
     return {
