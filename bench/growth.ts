@@ -7,8 +7,9 @@ import type { BuildResult } from './growth/growth-worker.ts';
 import { wireEvents } from './state/generate-events.ts';
 
 /**
- * `npm run bench -- --growth`: the states of issue 18, each built through the real reducer and sealing into a real
- * data directory, then measured in a fresh service process from outside (a /health ping every 5 ms for stalls):
+ * `npm run bench -- --growth`: the states of issue 18, each built in bulk into a real data directory (the log, sealed
+ * days, month rollups, column segments and snapshot the service would have written for that traffic: growth/build-bulk.ts,
+ * tested against the service's own per-batch path in test/growth-bulk-build.test.ts), then measured in a fresh service process from outside (a /health ping every 5 ms for stalls):
  * (a) 1 project, 365 days; (b) many projects with Zipf traffic, 365 days; (c) the 30-day state under a fixed
  * single-event load while snapshots run back to back; (d) events sent live over HTTP, every one with an eventId.
  * `--quick` scales every state down so the pass takes about a minute.
@@ -47,6 +48,8 @@ interface Served {
   url: string;
   startMs: number;
   rssBytes: number;
+  /** RssAnon: what the process holds itself, without LMDB's file-backed mapped pages */
+  anonBytes: number;
 }
 
 interface Ping {
@@ -58,7 +61,7 @@ interface Ping {
 
 export interface GrowthResults {
   a: { build: BuildResult; served: Served; read30: LoadResult['latency']; read365: LoadResult['latency'] };
-  b: { build: BuildResult; served: Served; read30: LoadResult['latency'] };
+  b: { build: BuildResult; served: Served; read30: LoadResult['latency']; read365: LoadResult['latency'] };
   c: { build: BuildResult; during: LoadResult; outside: LoadResult; pingDuring: Ping; pingOutside: Ping };
   d: { sent: LoadResult; ping: Ping; rssBytes: number; seconds: number };
 }
@@ -87,7 +90,7 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
   };
   try {
     // (a)
-    progress.show(`growth (a): building 1 project, ${p.a.days} days, ${p.a.events.toLocaleString('en-US')} events (reducer + sealing)`);
+    progress.show(`growth (a): building 1 project, ${p.a.days} days, ${p.a.events.toLocaleString('en-US')} events (bulk)`);
     const dirA = path.join(tmp, 'growth-a');
     const buildA = await inChild((c) => c.call<BuildResult>('build', { dir: dirA, projects: 1, events: p.a.events, days: p.a.days, lastDay }));
     progress.show('growth (a): fresh service, startup, RSS, GET /metrics 30 days / 12 months');
@@ -103,12 +106,13 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
     progress.show(`growth (b): building ${p.b.projects.toLocaleString('en-US')} projects (Zipf), ${p.b.days} days, ${p.b.events.toLocaleString('en-US')} events`);
     const dirB = path.join(tmp, 'growth-b');
     const buildB = await inChild((c) => c.call<BuildResult>('build', { dir: dirB, projects: p.b.projects, events: p.b.events, days: p.b.days, lastDay }));
-    progress.show('growth (b): fresh service, startup, RSS');
+    progress.show('growth (b): fresh service, startup, RSS, GET /metrics 30 days / 12 months of the busiest project');
     const b = await inChild(async (c) => {
       const served = await c.call<Served>('serve', { dir: dirB, adminKey: buildB.adminKey });
       const read30 = await read(served.url, buildB.secretKey, addDays(lastDay, -29), lastDay);
+      const read365 = await read(served.url, buildB.secretKey, addDays(lastDay, -364), lastDay);
       await c.call('stop');
-      return { build: buildB, served, read30 };
+      return { build: buildB, served, read30, read365 };
     });
 
     // (c)
@@ -178,16 +182,17 @@ const n = (x: number) => x.toLocaleString('en-US');
 export function growthRows(g: GrowthResults, p: GrowthParams): Row[] {
   const rows: Row[] = [];
   const { a, b, c, d } = g;
-  rows.push({ id: 'growth.a.build', what: `(a) build: 1 project, ${p.a.days} days, ${n(p.a.events)} events, reducer + sealing`, value: `${a.build.seconds.toFixed(0)} s; ${a.build.liveDays} live / ${a.build.sealedDays} sealed days; snapshot ${mib(a.build.snapshotBytes)}` });
-  rows.push({ id: 'growth.a.rss', what: '(a) RSS after startup', value: mib(a.served.rssBytes), num: a.served.rssBytes, goal: '≤ 1 GiB', met: a.served.rssBytes <= GIB });
+  rows.push({ id: 'growth.a.build', what: `(a) bulk build: 1 project, ${p.a.days} days, ${n(p.a.events)} events`, value: `${a.build.seconds.toFixed(0)} s; ${a.build.liveDays} live / ${a.build.sealedDays} sealed days; snapshot ${mib(a.build.snapshotBytes)}` });
+  rows.push({ id: 'growth.a.rss', what: '(a) RSS after startup, anonymous (all)', value: `${mib(a.served.anonBytes)} (${mib(a.served.rssBytes)})`, num: a.served.anonBytes, goal: '≤ 1 GiB', met: a.served.anonBytes <= GIB });
   rows.push({ id: 'growth.a.start', what: '(a) startup to serving', value: ms(a.served.startMs), num: a.served.startMs, goal: '≤ 3 s', met: a.served.startMs <= 3000 });
   rows.push({ id: 'growth.a.read30', what: '(a) GET /metrics 30 days, p50 / p95', value: `${ms(a.read30.p50)} / ${ms(a.read30.p95)}`, num: a.read30.p95, goal: 'p95 ≤ 5 ms', met: a.read30.p95 <= 5 });
   rows.push({ id: 'growth.a.read365', what: '(a) GET /metrics 12 months, p50 / p95', value: `${ms(a.read365.p50)} / ${ms(a.read365.p95)}`, num: a.read365.p95, goal: 'p95 ≤ 10 ms', met: a.read365.p95 <= 10 });
   rows.push({ id: 'growth.log', what: '(a) LMDB bytes per event (log + sealed days + ids)', value: `${a.build.logBytesPerEvent.toFixed(0)} B`, num: a.build.logBytesPerEvent, goal: '≤ 150 (log only; issue 17)', met: a.build.logBytesPerEvent <= 150 });
-  rows.push({ id: 'growth.b.build', what: `(b) build: ${n(p.b.projects)} projects (Zipf), ${p.b.days} days, ${n(p.b.events)} events`, value: `${b.build.seconds.toFixed(0)} s; ${b.build.liveDays} live / ${b.build.sealedDays} sealed days; snapshot ${mib(b.build.snapshotBytes)}` });
-  rows.push({ id: 'growth.b.rss', what: '(b) RSS after startup', value: mib(b.served.rssBytes), num: b.served.rssBytes, goal: '≤ 1 GiB', met: b.served.rssBytes <= GIB });
+  rows.push({ id: 'growth.b.build', what: `(b) bulk build: ${n(p.b.projects)} projects (Zipf), ${p.b.days} days, ${n(p.b.events)} events`, value: `${b.build.seconds.toFixed(0)} s; ${b.build.liveDays} live / ${b.build.sealedDays} sealed days; snapshot ${mib(b.build.snapshotBytes)}` });
+  rows.push({ id: 'growth.b.rss', what: '(b) RSS after startup, anonymous (all)', value: `${mib(b.served.anonBytes)} (${mib(b.served.rssBytes)})`, num: b.served.anonBytes, goal: '≤ 1 GiB', met: b.served.anonBytes <= GIB });
   rows.push({ id: 'growth.b.start', what: '(b) startup to serving', value: ms(b.served.startMs), num: b.served.startMs, goal: '≤ 3 s', met: b.served.startMs <= 3000 });
-  rows.push({ id: 'growth.b.read30', what: '(b) GET /metrics 30 days of the busiest project, p95', value: ms(b.read30.p95), num: b.read30.p95 });
+  rows.push({ id: 'growth.b.read30', what: '(b) GET /metrics 30 days of the busiest project, p50 / p95', value: `${ms(b.read30.p50)} / ${ms(b.read30.p95)}`, num: b.read30.p95, goal: 'p95 ≤ 5 ms', met: b.read30.p95 <= 5 });
+  rows.push({ id: 'growth.b.read365', what: '(b) GET /metrics 12 months of the busiest project, p50 / p95', value: `${ms(b.read365.p50)} / ${ms(b.read365.p95)}`, num: b.read365.p95, goal: 'p95 ≤ 10 ms', met: b.read365.p95 <= 10 });
   rows.push({ id: 'growth.c.stall', what: `(c) ${n(p.c.events)} events, ${p.c.rate} ev/s, a snapshot every second: longest /health wait (pings over 50 ms)`, value: `${ms(c.pingDuring.maxMs)} (${c.pingDuring.over50} of ${c.pingDuring.pings})`, num: c.pingDuring.maxMs, goal: '≤ 50 ms', met: c.pingDuring.maxMs <= 50 });
   rows.push({ id: 'growth.c.stallOff', what: '(c) the same with snapshots off: longest /health wait', value: ms(c.pingOutside.maxMs), num: c.pingOutside.maxMs });
   const ratio = c.during.latency.p99 / c.outside.latency.p99;

@@ -56,6 +56,10 @@ export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> 
       starts.push(first + d * DAY_MS + Math.floor(rand() * (DAY_MS - 600_000)));
     }
     starts.sort((x, y) => x - y);
+    // The day's date once, not per event: an event's own date differs only past midnight (a session running over).
+    const dayStart = first + d * DAY_MS;
+    const dayEnd = dayStart + DAY_MS;
+    const date = new Date(dayStart).toISOString().slice(0, 10);
     for (let s = 0; s < counts.length; s++) {
       const p = ids[pick(weights, rand())]!;
       const sessionId = `s${(sessions++).toString(36)}`;
@@ -66,7 +70,7 @@ export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> 
       for (let k = 0; k < counts[s]!; k++) {
         const pathName = PATHS[Math.floor(rand() ** 1.5 * PATHS.length)]!;
         yield {
-          t: 'e', p, ts, rt: ts + 150, day: new Date(ts).toISOString().slice(0, 10), event: k === 0 || rand() < 0.8 ? 'page_view' : 'click',
+          t: 'e', p, ts, rt: ts + 150, day: ts < dayEnd ? date : new Date(ts).toISOString().slice(0, 10), event: k === 0 || rand() < 0.8 ? 'page_view' : 'click',
           url: SITE + pathName, path: pathName, referrer: k === 0 ? referrer : `${SITE}/`, source: k === 0 ? source : 'Direct', sessionId,
           user: `s:${sessionId}`, country, device, params: {}, eventId: `${(made + k).toString(36)}`,
         };
