@@ -36,6 +36,7 @@ const LONGEST_FIRST = [
   'cluster-nodes',
   'sql-reference',
   'cluster-sealing',
+  'growth-bulk-build',
   'mcp',
   'event-log-contract',
   'reliability-full-disk',
