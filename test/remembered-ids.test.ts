@@ -37,7 +37,8 @@ test('eventIds are durable with their events (no snapshot), per project, and exp
     assert.ok(!ids.has('p_a', 'never-sent', now));
 
     const later = t0 + DEDUP_WINDOW_MS + 1;
-    assert.equal(await ids.expire(later), 25_000);
+    // a new slice every 64 records: a pass resumed by a key that skips records leaves some of them behind
+    assert.equal(await ids.expire(later, false, 0), 25_000);
     assert.equal(ids.size, 2);
     assert.ok(ids.has('p_a', 'fresh', later));
     assert.ok(ids.has('p_b', 'old-1', later));
@@ -49,6 +50,30 @@ test('eventIds are durable with their events (no snapshot), per project, and exp
     assert.equal(ids.load(later), 2);
     // Read as of before they expired: an id still stored would count again (the pass once removed nothing from LMDB).
     assert.equal(ids.load(t0), 2, 'expired ids are gone from LMDB too');
+    await store.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('an expiry pass resumed every 64 records keeps every id still in the window (keys of every length, interleaved)', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'analytics-ids-'));
+  try {
+    const t0 = Date.parse('2026-11-01T00:00:00Z');
+    const store = LogStore.open(dir, 'commit');
+    const ids = store.openRememberedIds();
+    // ids of 1 to 6 digits, old and fresh side by side in key order: a resumed range that skipped keys would drop
+    // fresh ones from the table (counted twice later) and leave old ones in LMDB
+    const records = Array.from({ length: 30_000 }, (_, i) => event('p_a', `id-${i}`, i % 3 === 0 ? t0 + DEDUP_WINDOW_MS : t0));
+    for (let i = 0; i < records.length; i += 5000) {
+      const part = records.slice(i, i + 5000);
+      await store.append(part, () => ids.writeWith(part));
+    }
+    const later = t0 + DEDUP_WINDOW_MS + 1;
+    assert.equal(await ids.expire(later, true, 0), 20_000);
+    assert.equal(ids.size, 10_000);
+    for (let i = 0; i < 30_000; i += 3) assert.ok(ids.has('p_a', `id-${i}`, later), `id-${i} is still remembered`);
+    assert.equal(ids.load(t0), 10_000, 'the expired ids are gone from LMDB');
     await store.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
