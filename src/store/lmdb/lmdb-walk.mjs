@@ -13,6 +13,13 @@ const budget = Number(budgetArg ?? 500_000);
 const SAMPLE_DESCENTS = 20_000;
 /** Keys read at each end of a sampled table (new pages are taken at the end of the file). */
 const SAMPLE_RUN = 8;
+/**
+ * Value bytes on overflow pages (values too big for a leaf: the log's entries) a table may have and still have its
+ * values read by the walk. Past it the walk reads every key (every branch and leaf page of the tree) and about this
+ * many bytes of values, spread evenly: the log's entries carry their own checksums, checked when read, and reading all
+ * of them made the walk follow the history (a year of 100M events is 6.9 GB).
+ */
+const WALK_VALUE_BYTES = 64 << 20;
 const started = performance.now();
 const say = (out) => {
   process.stdout.write(`${JSON.stringify({ ...out, ms: Math.round(performance.now() - started) })}\n`);
@@ -35,13 +42,25 @@ try {
   const dbs = names.map((name) => {
     if (typeof name !== 'string') say({ ok: false, problem: 'the table of tables holds a name that is not text' });
     const db = env.openDB({ name, encoding: 'binary', keyEncoding: 'binary', create: false });
-    return { name, db, count: db.getStats().entryCount };
+    const st = db.getStats();
+    return { name, db, count: st.entryCount, overflowBytes: st.overflowPages * st.pageSize };
   });
   // the smallest tables are walked whole first; what the budget cannot cover is sampled
   let left = budget;
-  for (const { name, db, count } of dbs.sort((a, b) => a.count - b.count)) {
-    if (count <= left) {
-      // keys and values: values of small tables are read too; the log's entries carry their own checksums
+  for (const { name, db, count, overflowBytes } of dbs.sort((a, b) => a.count - b.count)) {
+    if (count <= left && overflowBytes > WALK_VALUE_BYTES) {
+      // every key (the whole tree), and the values of a sample spread over it
+      const every = Math.ceil(overflowBytes / WALK_VALUE_BYTES);
+      let n = 0;
+      for (const key of db.getKeys()) {
+        if (n++ % every === 0) bytes += db.get(key)?.length ?? 0;
+        bytes += key.length;
+      }
+      if (n !== count) say({ ok: false, problem: `table ${name}: ${n} records walked but its header counts ${count}` });
+      left -= n;
+      records += n;
+    } else if (count <= left) {
+      // keys and values: values of small tables are read too
       let n = 0;
       for (const { key, value } of db.getRange()) {
         n++;
