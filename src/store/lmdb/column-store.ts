@@ -242,7 +242,7 @@ export class ColumnStore {
     let target: RootDatabase | undefined;
     let freed: Promise<void> | undefined;
     try {
-      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true }), removeReplaced(this.file)]);
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true })]);
       await this.root.transaction(() => {});
       await this.root.flushed;
       this.copying = [];

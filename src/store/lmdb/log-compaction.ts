@@ -2,7 +2,7 @@ import { rm } from 'node:fs/promises';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { MAP_SIZE, MAX_DBS, STRUCTURES_KEY, yieldTurn, type LmdbEnv } from './log-env.ts';
 import type { LogReader } from './log-read.ts';
-import { removeReplaced, replaceFile } from './replace-file.ts';
+import { replaceFile } from './replace-file.ts';
 import type { IdKey } from './remembered-ids.ts';
 
 /** A compaction's catch-up transactions (writes made during the copy, copied into it) hold the copy's writer this long. */
@@ -64,8 +64,8 @@ export class LogCompaction {
     let target: RootDatabase | undefined;
     let freed: Promise<void> | undefined;
     try {
-      // a copy or an old file a crash left behind: removed off the main thread (they can be as large as the log)
-      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true }), removeReplaced(env.file)]);
+      // a copy a crash left behind: removed off the main thread (it can be as large as the log)
+      await Promise.all([rm(tmp, { force: true }), rm(`${tmp}-lock`, { force: true })]);
       await env.root.transaction(() => {}); // every queued write is committed first
       await env.root.flushed;
       env.copying = { touched: new Set(), copied: env.lastKey() };

@@ -26,6 +26,11 @@ const DAMAGE_NAMED = 5;
 
 export type IdKey = [string, string];
 
+/** A decoded key is a remembered id's: [project, eventId]. */
+function isIdKey(k: unknown): k is IdKey {
+  return Array.isArray(k) && k.length === 2 && typeof k[0] === 'string' && typeof k[1] === 'string';
+}
+
 /** lmdb's own key decoder (exported, not in its typings): a stored key's bytes back to [project, eventId]. */
 const bufferToKeyValue = (lmdb as unknown as { bufferToKeyValue(b: Buffer): unknown }).bufferToKeyValue;
 
@@ -152,11 +157,10 @@ export class RememberedIds {
     for (const stored of this.db.getKeys(start ? { start } : {}) as Iterable<unknown>) {
       let rt: unknown;
       let problem: string | undefined;
-      const keyOk = Array.isArray(stored) && stored.length === 2 && typeof stored[0] === 'string' && typeof stored[1] === 'string';
-      if (!keyOk) problem = 'its key is not a [project, eventId] pair';
+      if (!isIdKey(stored)) problem = 'its key is not a [project, eventId] pair';
       else {
         try {
-          rt = this.db.get(stored as IdKey);
+          rt = this.db.get(stored);
         } catch (err) {
           problem = err instanceof Error ? err.message : String(err);
         }
@@ -175,14 +179,13 @@ export class RememberedIds {
    * elsewhere on that handle can skip keys, see stored), each record decoded on its own. Only after a pass met
    * damage, which is rare: it reads the whole table at once.
    */
-  private async removeDamaged(): Promise<void> {
+  private async removeDamaged(): Promise<number> {
     const dead: Buffer[] = [];
     for (const { key, value } of this.raw.getRange({})) {
       let ok = false;
       try {
-        const k = bufferToKeyValue(Buffer.from(key));
         const rt = (this.db as unknown as { encoder: { decode(b: Buffer): unknown } }).encoder.decode(value);
-        ok = Array.isArray(k) && k.length === 2 && typeof k[0] === 'string' && typeof k[1] === 'string' && typeof rt === 'number' && Number.isFinite(rt);
+        ok = isIdKey(bufferToKeyValue(Buffer.from(key))) && typeof rt === 'number' && Number.isFinite(rt);
       } catch {
         ok = false;
       }
@@ -191,6 +194,7 @@ export class RememberedIds {
     for (let g = this.gate(); g; g = this.gate()) await g;
     // the async remove finds a key by its bytes (removeSync on this handle did not, for most keys)
     for (const k of dead) await this.raw.remove(k);
+    return dead.length;
   }
 
   /** The receive time stored for this id; a record that no longer decodes counts as just seen (never count twice). */
@@ -268,46 +272,42 @@ export class RememberedIds {
   /** `sliceMs`: main-thread time per slice (tests pass 0: a new slice every CLOCK_EVERY records). */
   private async expirePass(now: number, rebuild: boolean, sliceMs: number): Promise<number> {
     let removed = 0;
-    let damagedSeen = 0;
+    let damaged = 0;
     let start: IdKey | undefined;
     const table = new NumberCounts();
     for (;;) {
       // expired ids go, and so do damaged records (they answer nothing; the log check puts their ids back)
       const expired: IdKey[] = [];
-      const damaged: unknown[] = [];
       let last: IdKey | undefined;
       let seen = 0;
       let more = false;
       const sliceEnd = performance.now() + sliceMs;
       // Slice by key: no read transaction is held across turns.
       for (const { stored, key, rt, problem } of this.stored(start)) {
-        // the record that ends a slice is read again as the next slice's first
+        // the next slice starts at the last record handled here (handling it again changes nothing)
         if (++seen % CLOCK_EVERY === 0 && performance.now() > sliceEnd) {
           more = true;
           break;
         }
         last = stored as IdKey;
-        if (problem || !key) damaged.push(stored);
+        if (problem || !key) damaged++;
         else if (now - rt >= DEDUP_WINDOW_MS) expired.push(key);
         else table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
       }
-      if (expired.length > 0 || damaged.length > 0) {
+      if (expired.length > 0) {
         for (let g = this.gate(); g; g = this.gate()) await g;
         // By the typed handle: removeSync on the binary-keyed one found most keys absent (22,533 of 25,000 expired
         // ids stayed in LMDB for good, and every start read them all again).
-        if (expired.length > 0) {
-          await this.db.transaction(() => {
-            for (const k of expired) this.db.removeSync(k);
-          });
-        }
+        await this.db.transaction(() => {
+          for (const k of expired) this.db.removeSync(k);
+        });
       }
-      removed += expired.length + damaged.length;
-      damagedSeen += damaged.length;
+      removed += expired.length;
       if (!more || !last || this.stopped) break;
       start = last;
       await new Promise((resolve) => setImmediate(resolve));
     }
-    if (damagedSeen > 0 && !this.stopped) await this.removeDamaged();
+    if (damaged > 0 && !this.stopped) removed += await this.removeDamaged();
     if ((removed > 0 || rebuild) && !this.stopped) {
       // Ids committed during the pass, behind where it read, are in LMDB but not in the new table: add what the old
       // table learned since the pass began.
