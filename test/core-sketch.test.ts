@@ -71,3 +71,35 @@ test('a sketched day whose visits move to an earlier event forgets the visitors 
   assert.ok(Math.abs(est - want) / want < 0.01, `sealed sketch ${est}, want ${want}`);
   assert.equal(sealed.figures.users, want);
 });
+
+test('a range read again after events reach an old day or a new one counts them (remembered merges follow every part)', () => {
+  const days = ['2026-11-01', '2026-11-02', '2026-11-03', '2026-11-04', '2026-11-05'];
+  const events: StoredEvent[] = [];
+  days.forEach((day, d) => {
+    for (let i = d * 3_000; i < d * 3_000 + 5_000; i++) events.push(visit(day, `u${i}`));
+  });
+  const state = new AnalyticsState();
+  let seq = 0;
+  for (const e of events) apply(state, ++seq, e);
+  /** the same range over a state folded afresh from every event so far: nothing remembered applies to its parts */
+  const fresh = () => {
+    const s = new AnalyticsState();
+    events.forEach((e, i) => apply(s, i + 1, e));
+    return metrics(s, 'p', 'UTC', days[0]!, days[4]!).users;
+  };
+  const read = () => metrics(state, 'p', 'UTC', days[0]!, days[4]!).users;
+  const before = read();
+  assert.equal(read(), before);
+  assert.equal(before, fresh());
+  // New visitors on the oldest day (a settled part of the range), then on the newest (a recent one).
+  for (const [day, from] of [[days[0]!, 50_000], [days[4]!, 60_000]] as const) {
+    for (let i = from; i < from + 2_000; i++) {
+      const e = visit(day, `u${i}`);
+      events.push(e);
+      apply(state, ++seq, e);
+    }
+    const after = read();
+    assert.equal(after, fresh());
+    assert.ok(after > before + 1_500, `${day}: ${before} -> ${after}`);
+  }
+});

@@ -2,9 +2,9 @@ import { sortedBreakdown } from './capped-counter.ts';
 import { formatRate, PROPS_PREFIX, REVENUE_PURCHASES, REVENUE_TOTAL } from './day-aggregate.ts';
 import { addFigures, type DayFigures, type LiveDays, type RangePart, type SealedSource } from './day-view.ts';
 import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
-import { HyperLogLog } from './hyperloglog.ts';
 import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
 import { NumberSet } from './number-table.ts';
+import { sketchedUsers } from './sketch-memo.ts';
 import type { AnalyticsState } from './state.ts';
 import type { Breakdown, Comparison, DailyFigures, MetricsResponse, RecentEvent, RevenueFigure } from './types.ts';
 
@@ -212,7 +212,6 @@ function propFigures(props: Map<string, Map<string, number>>): Record<string, Br
   return out;
 }
 
-
 /**
  * Exact while every part keeps its user hashes and they are few (RANGE_EXACT_HASHES); a sketch merge (within 1 %)
  * once any part is sketched or the union would be large.
@@ -227,13 +226,7 @@ function distinctUsers(parts: RangePart[]): number {
     for (const d of parts) d.forEachUser(add);
     return union.size;
   }
-  const merged = new HyperLogLog();
-  const add = (u: number) => merged.add(u);
-  for (const d of parts) {
-    if (d.sketch) merged.merge(d.sketch);
-    else d.forEachUser(add);
-  }
-  return merged.estimate();
+  return sketchedUsers(parts);
 }
 
 function recentIn(ring: Iterable<RecentEvent & { day: string }>, from: string, to: string): RecentEvent[] {
