@@ -8,9 +8,10 @@ import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
 import { AnalyticsState, collectSealable, isDuplicate, storedThisMonth } from '../core/state.ts';
 import type { FunnelStepAnswer, QueryAnswer, QueryEngine } from '../core/query/types.ts';
-import type { LogRecord, MetricsResponse, RealtimeResponse } from '../core/types.ts';
+import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { KeyRecord } from '../store/records.ts';
+import { PartitionHistoryIds } from '../store/lmdb/partition-history-ids.ts';
 import { openClusterStore } from '../store/nats/open-cluster.ts';
 import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } from '../store/nats/read-rpc.ts';
 import type { KvSealedStore } from '../store/nats/sealed.ts';
@@ -19,6 +20,7 @@ import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore 
 import type { Backend, ReadRefusal } from '../engine/backend.ts';
 import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
 import { ClusterErasure, ERASE_CHECK_MS, type ErasureHooks, type ErasureParts } from './cluster-erasure.ts';
+import { catchUpHistoryIds, exportFromStream } from './cluster-history.ts';
 import { COLUMN_FLUSH_MS } from '../engine/column-projection.ts';
 import { hashKey, keyHint } from '../engine/keys.ts';
 import { Ownership } from './ownership.ts';
@@ -45,6 +47,11 @@ import { PartitionFold, PRUNE_EVERY_MS, type Projection } from '../engine/partit
 
 /** CLUSTER.md §6: a read waits at most this long for the fold to reach the stream's end, then answers 503. */
 export const READ_BARRIER_MS = 2_000;
+/**
+ * An export waits this long for the partition's fold (its history ids) to reach the stream's end: its answer is a
+ * stream already under way, so a partition still catching up after a start gets longer than a read's 503 allows.
+ */
+const EXPORT_BARRIER_MS = 30_000;
 /** A partition whose start failed (the stream did not answer, e.g. during a leader failover) is tried again this soon. */
 const START_RETRY_MS = 1_000;
 /** A partition's start still waiting this long says what it waits for (each step has its own timeout, or should). */
@@ -98,6 +105,8 @@ export interface ClusterParts {
   removeColumns?: ((partition: number) => void) | undefined;
   /** whether this node's data directory holds a partition's columns */
   hasColumns?: ((partition: number) => boolean) | undefined;
+  /** the partition's table of history eventIds, beside its columns (removed with them); absent: the 48 h rule only */
+  openHistoryIds?: ((partition: number) => PartitionHistoryIds) | undefined;
   /** `fn(partition, seq)` for each erase floor known now and each raised later, on any node (cluster-erasure.ts) */
   onEraseFloor?: ((fn: (partition: number, seq: number) => void) => void) | undefined;
   /** closes what the parts hold (connections) after the backend stopped using them */
@@ -148,6 +157,8 @@ class Partition {
   columnsFrom = Infinity;
   /** removing columns that missed an erasure (the partition is not folded here); a start waits for it */
   columnsDrop: Promise<void> | undefined;
+  /** the partition's history eventIds (opened with its columns; an export on a node not folding it opens it too) */
+  history: PartitionHistoryIds | undefined;
 
   constructor(readonly n: number) {}
 }
@@ -219,6 +230,7 @@ export class ClusterBackend implements Backend {
         openColumns: (n) => PartitionColumns.open(config.dataDir, n, opts.log),
         removeColumns: (n) => PartitionColumns.remove(config.dataDir, n),
         hasColumns: (n) => PartitionColumns.exists(config.dataDir, n),
+        openHistoryIds: (n) => PartitionHistoryIds.open(PartitionColumns.dir(config.dataDir, n)),
         onEraseFloor: (fn) => void store.erasures.onFloor(fn),
         async resumeRefusal(seq, batchId) {
           const first = await store.log.firstSeq();
@@ -289,6 +301,11 @@ export class ClusterBackend implements Backend {
       writesSnapshots: () => p.writer,
       erased: (projectId, seq, held) => this.erasedInPartition(p, projectId, seq, held),
       projections: [columns],
+      historyIds: {
+        firstSeq: (projectId, eventId) => p.history?.firstSeq(projectId, eventId),
+        note: (seq, records) => p.history?.note(seq, records),
+        erase: (projectId, seq) => p.history?.erase(projectId, seq),
+      },
       log: (line) => this.log(`partition ${n}: ${line}`),
     });
     return p;
@@ -355,6 +372,7 @@ export class ClusterBackend implements Backend {
     void f?.stop();
     for (const w of p.waiters) w.resolve(false);
     p.waiters = [];
+    p.history?.advance(p.fold.state.lastSeq); // it took every history id the fold folded
     p.fold.clear();
     p.caughtUp = false;
     p.published.clear();
@@ -440,6 +458,17 @@ export class ClusterBackend implements Backend {
         state = new AnalyticsState();
       }
     }
+    const hist = (p.history ??= this.cp.openHistoryIds?.(p.n));
+    if (hist && hist.marker() < state.lastSeq) {
+      const from = hist.marker();
+      waitFor(`the history ids to catch up from ${from}`);
+      // Ids only in messages retention removed are unknown here: a re-send of one counts again on this node.
+      const gone = await this.cp.resumeRefusal(from, undefined).catch(() => undefined);
+      if (gone !== undefined) this.log(`partition ${p.n}: history ids from ${from}: ${gone}; a history eventId only those messages carried counts again if sent again`);
+      const n = await catchUpHistoryIds(hist, this.cp.log.read(p.n, from), state.lastSeq, () => gen === p.generation);
+      if (gen !== p.generation) return;
+      this.log(`partition ${p.n}: history ids caught up from ${from} to ${state.lastSeq} (${n} messages)`);
+    }
     if (cols && columnsCatchUp) {
       waitFor(`the columns to catch up from ${colMark}`);
       const n = await catchUpColumns(cols, this.cp.log.read(p.n, colMark), state.lastSeq, () => gen === p.generation);
@@ -483,6 +512,9 @@ export class ClusterBackend implements Backend {
           return;
         }
         await cols.close();
+        const hist = p.history;
+        p.history = undefined;
+        await hist?.close();
         this.cp.removeColumns?.(n);
         this.log(`partition ${n}: columns removed: they stop at sequence ${marker}, before the erase marker at ${seq} (rebuilt from the stream when the partition is folded here again)`);
       })
@@ -595,6 +627,46 @@ export class ClusterBackend implements Backend {
     if (this.inflightIds.get(projectId)?.has(eventId)) return true;
     const p = this.partition(projectId);
     return p.active && isDuplicate(p.fold.state, projectId, eventId, now);
+  }
+
+  /**
+   * History's pre-check: also the partition's table of history ids where this node folds it and caught up (a table
+   * behind may not have taken an erasure yet). Elsewhere a repeat is acknowledged as accepted and the fold skips it.
+   */
+  seenForGood(projectId: string, eventId: string, now: number): boolean {
+    if (this.seen(projectId, eventId, now)) return true;
+    const p = this.partition(projectId);
+    return p.active && p.caughtUp && p.history?.has(projectId, eventId) === true;
+  }
+
+  /**
+   * GET /projects/{id}/export from the partition's stream (cluster-history.ts), on any node. The history-id table must
+   * hold every message up to the stream's end as the export starts: where this node folds the partition, its fold
+   * reaching that end brings it there; elsewhere the table kept in this node's data directory is read up to it.
+   */
+  async *exportEvents(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]> {
+    const p = this.partition(projectId);
+    const end = await this.cp.log.lastSeq(p.n);
+    if (p.active) {
+      const reached = await this.barrier(p, EXPORT_BARRIER_MS);
+      if (reached !== true) throw new Error(reached.unavailable);
+    } else {
+      const caughtUp = (p.columnsDrop ?? Promise.resolve()).then(async () => {
+        const hist = (p.history ??= this.cp.openHistoryIds?.(p.n));
+        if (hist && hist.marker() < end) await catchUpHistoryIds(hist, this.cp.log.read(p.n, hist.marker()), end, () => !this.closing);
+      });
+      p.columnsDrop = caughtUp.catch(() => {});
+      await caughtUp;
+    }
+    yield* exportFromStream({ read: (after) => this.cp.log.read(p.n, after), end, table: p.history }, projectId, from, to);
+  }
+
+  /** Tests: the history ids this node's table of the project's partition holds for it (committed). */
+  async historyIdCount(projectId: string): Promise<number> {
+    const h = this.partition(projectId).history;
+    if (!h) return 0;
+    await h.flushed();
+    return h.count(projectId);
   }
 
   /**
@@ -787,7 +859,11 @@ export class ClusterBackend implements Backend {
       for (const p of this.parts) if (p.writer && p.active && p.caughtUp && p.fold.changed()) await p.fold.snapshotSoon();
     });
     every(COLUMN_FLUSH_MS, async () => {
-      for (const p of this.parts) if (p.active) await p.columns?.flush();
+      for (const p of this.parts) {
+        if (!p.active) continue;
+        p.history?.advance(p.fold.state.lastSeq); // the fold gave it every history id up to there
+        await p.columns?.flush();
+      }
     });
     every(PRUNE_EVERY_MS, () => {
       for (const p of this.parts) p.fold.prune(this.now());
@@ -816,7 +892,10 @@ export class ClusterBackend implements Backend {
   async tickIdle(): Promise<void> {
     const now = this.now();
     for (const p of this.parts) {
-      if (!p.writer || !p.active || !p.caughtUp || p.fold.state.projects.size === 0 || now - p.fold.state.maxRt < TICK_IDLE_MS) continue;
+      const state = p.fold.state;
+      // a day held live for history whose import went quiet is due before the idle hour is up
+      const sealDue = state.nextSealCheck <= now && state.nextSealCheck > state.maxRt;
+      if (!p.writer || !p.active || !p.caughtUp || state.projects.size === 0 || (!sealDue && now - state.maxRt < TICK_IDLE_MS)) continue;
       if (this.fold === 'owner' && this.ownership?.serves(p.n) !== true) continue;
       await this.cp.log.append(p.n, [{ t: 'k', rt: now }], `k:${p.n}:${now}`).catch((err: unknown) => this.log(`partition ${p.n}: clock tick failed: ${err instanceof Error ? err.message : String(err)}`));
     }
@@ -856,6 +935,8 @@ export class ClusterBackend implements Backend {
     await Promise.all(this.parts.map(async (p, i) => (writer[i] && p.fold.changed() ? p.fold.snapshotSoon() : p.fold.snapshotIdle())));
     await Promise.all(this.parts.map((p) => p.columnsDrop));
     await Promise.all(this.parts.map((p) => p.columns?.close().catch((err: unknown) => this.log(`partition ${p.n}: closing its columns failed: ${String(err)}`))));
+    for (const p of this.parts) if (p.active) p.history?.advance(p.fold.state.lastSeq);
+    await Promise.all(this.parts.map((p) => p.history?.close().catch((err: unknown) => this.log(`partition ${p.n}: closing its history ids failed: ${String(err)}`))));
     await this.cp.log.close();
     await this.cp.snapshots.close();
     await this.cp.close();

@@ -150,17 +150,19 @@ export function isDuplicate(state: AnalyticsState, projectId: string, eventId: s
 
 /**
  * The reducer of cluster mode (CLUSTER.md §7): like `apply`, but a record whose eventId was counted for its project
- * within 48 h (by record receive time) is skipped. `lastSeq` moves either way. Deterministic in log order, so replay,
- * a new owner and every node reach the same state. A skipped record changes nothing else (not even maxRt), so folding
- * a log with repeats equals folding it with the repeats removed.
+ * within 48 h (by record receive time) is skipped, and so is a history record (h: 1) whose eventId an earlier history
+ * record of the log carried (`historySeen`: the caller's table of them, a function of the log, kept off the heap).
+ * `lastSeq` moves either way. Deterministic in log order, so replay, a new owner and every node reach the same state.
+ * A skipped record changes nothing else (not even maxRt), so folding a log with repeats equals folding it with the
+ * repeats removed.
  */
-export function applyOnce(state: AnalyticsState, seq: number, record: FoldRecord): boolean {
+export function applyOnce(state: AnalyticsState, seq: number, record: FoldRecord, historySeen?: (projectId: string, eventId: string) => boolean): boolean {
   if (record.t !== 'e' || record.eventId === undefined) {
     apply(state, seq, record);
     return true;
   }
   const id = record.eventId;
-  if (isDuplicate(state, record.p, id, record.rt)) {
+  if (isDuplicate(state, record.p, id, record.rt) || (record.h === 1 && historySeen?.(record.p, id) === true)) {
     state.lastSeq = seq;
     return false;
   }

@@ -28,13 +28,12 @@ export interface Backend {
   /** was `eventId` stored (or is it in flight) for the project? A pre-check: cluster mode's fold is the authority */
   seen(projectId: string, eventId: string, now: number): boolean;
   /**
-   * History (POST /projects/{id}/history, GET /projects/{id}/export): single node only for now (cluster mode has no
-   * store of history ids nor a log reader by project yet; the engine answers that it is not available there).
-   * `seenForGood`: was `eventId` stored for the project as history at any time, or live within 48 h, or is in flight?
+   * History (POST /projects/{id}/history): was `eventId` stored for the project as history at any time, or live within
+   * 48 h, or is it in flight? A pre-check in cluster mode too, where the fold is the authority (cluster-history.ts).
    */
-  seenForGood?(projectId: string, eventId: string, now: number): boolean;
-  /** the project's stored events of [from, to], in time order, in bounded chunks */
-  exportEvents?(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]>;
+  seenForGood(projectId: string, eventId: string, now: number): boolean;
+  /** GET /projects/{id}/export: the project's stored events of [from, to], in time order, in bounded chunks */
+  exportEvents(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]>;
   /** old days kept live for history past their seal time (tests, benches: sealed seconds after an import leaves them) */
   historyDaysLive?(): number;
   /** events stored (or in flight) for the project this UTC month, as far as this node knows (the quota) */

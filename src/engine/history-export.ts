@@ -13,7 +13,7 @@ import type { LogRecord, StoredEvent } from '../core/types.ts';
 /** Events held at once: ~500 bytes each on the heap, so ~25 MiB, whatever the size of the export. */
 export const EXPORT_CHUNK_EVENTS = 50_000;
 /** Records read per slice before yielding to the event loop: decoding 5,000 takes ~5–10 ms, well under 50 ms. */
-const READ_SLICE = 5_000;
+export const READ_SLICE = 5_000;
 
 /** What the reader needs of the log: records after a sequence, in order (LogStore.readAfter). */
 export interface LogReader {
@@ -22,7 +22,7 @@ export interface LogReader {
   lastSeq(): number;
 }
 
-interface DaySpan {
+export interface DaySpan {
   count: number;
   minSeq: number;
   maxSeq: number;
@@ -30,7 +30,7 @@ interface DaySpan {
   maxTs: number;
 }
 
-interface Chunk {
+export interface Chunk {
   days: Set<string>;
   minSeq: number;
   maxSeq: number;
@@ -39,7 +39,7 @@ interface Chunk {
   toTs: number;
 }
 
-const yieldTurn = () => new Promise((resolve) => setImmediate(resolve));
+export const yieldTurn = () => new Promise((resolve) => setImmediate(resolve));
 
 /** Calls `visit` for every record of the log in [fromSeq, toSeq], in slices that yield between them. */
 async function scan(log: LogReader, fromSeq: number, toSeq: number, visit: (seq: number, r: LogRecord) => void): Promise<void> {
@@ -76,15 +76,7 @@ export async function* exportEvents(
   const spans = new Map<string, DaySpan>();
   const last = log.lastSeq();
   await scan(log, log.logStart(), last, (seq, r) => {
-    if (!isOf(r, projectId, from, to)) return;
-    const s = spans.get(r.day);
-    if (!s) spans.set(r.day, { count: 1, minSeq: seq, maxSeq: seq, minTs: r.ts, maxTs: r.ts });
-    else {
-      s.count++;
-      s.maxSeq = seq;
-      if (r.ts < s.minTs) s.minTs = r.ts;
-      if (r.ts > s.maxTs) s.maxTs = r.ts;
-    }
+    if (isOf(r, projectId, from, to)) noteSpan(spans, seq, r);
   });
   let total = 0;
   for (const s of spans.values()) total += s.count;
@@ -102,8 +94,20 @@ export async function* exportEvents(
   }
 }
 
+/** Counts an event read at `seq` (in log order) into its day's span. */
+export function noteSpan(spans: Map<string, DaySpan>, seq: number, r: StoredEvent): void {
+  const s = spans.get(r.day);
+  if (!s) spans.set(r.day, { count: 1, minSeq: seq, maxSeq: seq, minTs: r.ts, maxTs: r.ts });
+  else {
+    s.count++;
+    s.maxSeq = seq;
+    if (r.ts < s.minTs) s.minTs = r.ts;
+    if (r.ts > s.maxTs) s.maxTs = r.ts;
+  }
+}
+
 /** Whole days in date order, grouped up to EXPORT_CHUNK_EVENTS; a larger day alone, cut into equal time slices. */
-function* chunks(spans: Map<string, DaySpan>): Generator<Chunk> {
+export function* chunks(spans: Map<string, DaySpan>): Generator<Chunk> {
   const days = [...spans.keys()].sort();
   let current: Chunk | undefined;
   let held = 0;

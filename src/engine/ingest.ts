@@ -68,12 +68,11 @@ export class Ingest {
     if (!gate.ok) return gate;
     const { project, rate } = gate.value;
     const backend = this.parts.backend;
-    if (!backend.seenForGood) return fail('unavailable', 'history import is not available in cluster mode yet', {}, rate);
     const size = batchSizeRefusal(events, rate);
     if (size) return size;
     await backend.settled();
     const now = this.parts.now();
-    const batch = historyBatch(project, events, backend.enricher, (id) => backend.seenForGood!(project.id, id, now), now);
+    const batch = historyBatch(project, events, backend.enricher, (id) => backend.seenForGood(project.id, id, now), now);
     if (batch.foreign) {
       return fail('forbidden', `event ${batch.foreign.index} names project "${batch.foreign.projectId}", not "${project.id}"`, {}, rate);
     }

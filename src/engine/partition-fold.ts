@@ -51,7 +51,21 @@ export interface PartitionFoldOptions {
   /** a deleted project's erase marker was folded (its state already dropped; `held`: the state had some of it) */
   erased?: ((projectId: string, seq: number, held: boolean) => void) | undefined;
   projections?: readonly Projection[] | undefined;
+  /**
+   * Cluster: the partition's table of history eventIds (store/lmdb/partition-history-ids.ts): a history record whose
+   * id an earlier history record of the log carried is a repeat, at any distance. Fed every history id in log order.
+   */
+  historyIds?: HistoryIdLedger | undefined;
   log: (line: string) => void;
+}
+
+/** The eventIds of history records in the log: the first sequence carrying each, off the heap. */
+export interface HistoryIdLedger {
+  firstSeq(projectId: string, eventId: string): number | undefined;
+  /** the history ids of the message at `seq` (all of them, counted or not) */
+  note(seq: number, records: readonly FoldRecord[]): void;
+  /** a deleted project's erase marker at `seq` */
+  erase(projectId: string, seq: number): void;
 }
 
 export class PartitionFold {
@@ -104,8 +118,10 @@ export class PartitionFold {
     let applied: readonly FoldRecord[] = records;
     if (this.opts.repeatsInLog) {
       const kept: FoldRecord[] = [];
-      for (let i = 0; i < records.length; i++) if (applyOnce(state, seq + i * perRecord, records[i]!)) kept.push(records[i]!);
+      const seen = this.historySeen(seq);
+      for (let i = 0; i < records.length; i++) if (applyOnce(state, seq + i * perRecord, records[i]!, seen)) kept.push(records[i]!);
       applied = kept;
+      this.opts.historyIds?.note(seq, records);
     } else {
       for (let i = 0; i < records.length; i++) apply(state, seq + i * perRecord, records[i]!);
     }
@@ -113,6 +129,7 @@ export class PartitionFold {
     if (this.opts.numbering === 'message') this.lastBatchId = entry.batchId;
     if (entry.erase !== undefined) {
       const held = dropProject(state, entry.erase);
+      this.opts.historyIds?.erase(entry.erase, seq);
       this.opts.erased?.(entry.erase, seq, held);
       for (const p of this.projections) p.erase?.(entry.erase, seq);
     }
@@ -120,6 +137,24 @@ export class PartitionFold {
     this.sinceSnapshot += records.length;
     this.sealer.kick();
     if (this.sinceSnapshot >= this.opts.snapshotEveryEvents && !this.snapshotting && this.writesSnapshots()) void this.snapshotSoon();
+  }
+
+  /**
+   * Was a history id carried by an earlier message (the ledger; a replay of the same message finds its own sequence,
+   * not an earlier one) or earlier in this one? Numbering 'message' only: every record of a message has its sequence.
+   */
+  private historySeen(seq: number): ((projectId: string, eventId: string) => boolean) | undefined {
+    const ledger = this.opts.historyIds;
+    if (!ledger) return undefined;
+    let inMessage: Set<string> | undefined;
+    return (projectId, eventId) => {
+      const first = ledger.firstSeq(projectId, eventId);
+      if (first !== undefined && first < seq) return true;
+      const k = `${projectId}\u0000${eventId}`;
+      if (inMessage?.has(k)) return true;
+      (inMessage ??= new Set()).add(k);
+      return false;
+    };
   }
 
   /**

@@ -48,7 +48,6 @@ export class Reads {
     if (!gate.ok) return gate;
     const { project, rate } = gate.value;
     const backend = this.parts.backend;
-    if (!backend.exportEvents) return fail('unavailable', 'export is not available in cluster mode yet', {}, rate);
     const range = resolveRange({ date: query.date, from: query.from, to: query.to }, dayOf(this.parts.now(), project.timezone), MAX_EXPORT_DAYS);
     if (!range.ok) return fail('invalid_request', range.message, {}, rate);
     return { ok: true, value: { from: range.from, to: range.to, chunks: backend.exportEvents(project.id, range.from, range.to) }, rate };
