@@ -7,7 +7,7 @@ import { Distinct } from '../src/core/columns/distinct.ts';
 import { hash53 } from '../src/core/hash.ts';
 import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { ColumnProjection } from '../src/engine/column-projection.ts';
+import { ColumnProjection, OPEN_HISTORY_BOUND } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 
@@ -135,5 +135,29 @@ test('distinct visitors: exact for one day and for small ranges, within 1 % for 
     for (let i = 0; i < n; i++) d.add(hash53(`w:${i}`), i % 30);
     for (let i = 0; i < n; i += 2) d.add(hash53(`w:${i}`), 31);
     assert.ok(Math.abs(d.count() - n) / n < 0.01, `${n}: ${d.count()}`);
+  }
+});
+
+test('open history events are sealed at their own, lower bound; the same number of live events stays open', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'columns-history-bound-'));
+  try {
+    const store = ColumnStore.open(dir);
+    const cols = new ColumnProjection(store, () => {});
+    const base = events()[0]!;
+    const batch = (first: number, n: number, h: boolean): StoredEvent[] =>
+      Array.from({ length: n }, (_, i) => ({ ...base, sessionId: `s${first + i}`, ...(h ? { h: 1 as const } : {}) }));
+    const n = OPEN_HISTORY_BOUND + 500;
+    for (let i = 0; i < n; i += 500) cols.fold(i + 1, batch(i, 500, false));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(cols.openCount(), n, 'live events below OPEN_EVENTS_BOUND stay open');
+    await cols.flush();
+    for (let i = 0; i < n; i += 500) cols.fold(n + i + 1, batch(i, 500, true));
+    // the bound started a flush, which took the open segments at once
+    assert.ok(cols.openCount() < OPEN_HISTORY_BOUND, `open after a history import: ${cols.openCount()}`);
+    await cols.flush();
+    assert.equal(store.marker(), 2 * n);
+    await cols.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
