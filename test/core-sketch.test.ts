@@ -103,3 +103,31 @@ test('a range read again after events reach an old day or a new one counts them 
     assert.ok(after > before + 1_500, `${day}: ${before} -> ${after}`);
   }
 });
+
+test('a large day snapshotted keeps its user count and sketch; restored, it wakes without recounting and reads the same', async () => {
+  const { daySnapshot } = await import('../src/core/snapshot.ts');
+  const { DayAggregate } = await import('../src/core/day-aggregate.ts');
+  const { serialize, deserialize } = await import('node:v8');
+  const state = new AnalyticsState();
+  let seq = 0;
+  const day = '2026-11-01';
+  for (let i = 0; i < 6_000; i++) apply(state, ++seq, visit(day, `u${i}`));
+  const live = state.project('p').days.get(day)!;
+  const ds = deserialize(serialize(daySnapshot(live))) as import('../src/core/day-snapshot.ts').DaySnapshot;
+  assert.equal(ds.userCount, 6_000);
+  assert.ok(ds.sketch instanceof Uint8Array);
+  const restored = DayAggregate.restore(ds);
+  assert.equal(restored.userCount, 6_000);
+  assert.deepEqual(restored.sketch!.registers, live.sketch!.registers);
+  // an older snapshot without them restores the same by counting and building
+  const { userCount: _c, sketch: _s, ...older } = ds;
+  const rebuilt = DayAggregate.restore(older);
+  assert.equal(rebuilt.userCount, 6_000);
+  assert.deepEqual(rebuilt.sketch!.registers, live.sketch!.registers);
+  // a visitor that stops counting drops the live sketch: the snapshot then carries none, and restore builds it
+  apply(state, ++seq, { ...visit(day, 'u0'), ts: Date.parse(`${day}T01:00:00Z`), user: 'u:u1' });
+  const afterDrop = daySnapshot(live) as import('../src/core/day-snapshot.ts').DaySnapshot;
+  assert.equal(afterDrop.userCount, 5_999);
+  assert.equal(afterDrop.sketch, undefined);
+  assert.equal(DayAggregate.restore(afterDrop).sketch!.estimate(), live.sketch!.estimate());
+});

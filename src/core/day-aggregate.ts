@@ -4,7 +4,7 @@ import type { DayFigures, RangePart } from './day-view.ts';
 import { hash53 } from './hash.ts';
 import { HyperLogLog } from './hyperloglog.ts';
 import { intern } from './intern.ts';
-import { EXACT_USERS_PER_DAY, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
+import { EXACT_USERS_PER_DAY, HLL_PRECISION, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts } from './number-table.ts';
 import type { DaySnapshot } from './day-snapshot.ts';
 import type { StoredEvent } from './types.ts';
@@ -187,6 +187,11 @@ class DayState {
     else if (this.userCount > EXACT_USERS_PER_DAY) this.buildSketch();
   }
 
+  /** The sketch as held now, for a snapshot (none built for it: a dropped one is built at restore). */
+  heldSketch(): { sketch?: Uint8Array } {
+    return this.sketchOf ? { sketch: this.sketchOf.registers } : {};
+  }
+
   /** The day's visitors as a sketch once there are more than EXACT_USERS_PER_DAY (built here when it was dropped). */
   get sketch(): HyperLogLog | undefined {
     if (this.sketchOf === undefined && this.userCount > EXACT_USERS_PER_DAY) this.buildSketch();
@@ -250,11 +255,18 @@ class DayState {
     d.sessions = NumberCounts.fromRaw(ds.sessions);
     d.visits = VisitTable.fromRaw(ds.visits);
     d.users = NumberCounts.fromRaw(ds.users);
-    d.users.forEachEntry((_, n) => {
-      if (n > 0) d.userCount++;
-    });
+    if (ds.userCount !== undefined) d.userCount = ds.userCount;
+    else {
+      d.users.forEachEntry((_, n) => {
+        if (n > 0) d.userCount++;
+      });
+    }
     // Same rule as the live path: a sketch exists once the day has passed the exact threshold.
-    if (d.userCount > EXACT_USERS_PER_DAY) d.buildSketch();
+    if (d.userCount > EXACT_USERS_PER_DAY) {
+      const held = ds.sketch;
+      if (held?.length === 1 << HLL_PRECISION) d.sketchOf = new HyperLogLog(held.byteOffset % 4 === 0 ? held : held.slice());
+      else d.buildSketch();
+    }
     for (const [name, pairs] of Object.entries(ds.breakdowns)) {
       const c = d.breakdown(name);
       if (c) for (const [k, v] of pairs) c.set(intern(k), v);
@@ -412,6 +424,9 @@ export class DayAggregate implements RangePart {
   }
   get sketch(): HyperLogLog | undefined {
     return this.s.sketch;
+  }
+  heldSketch(): { sketch?: Uint8Array } {
+    return this.s.heldSketch();
   }
 
   apply(e: StoredEvent, session = hash53(e.sessionId)): void {

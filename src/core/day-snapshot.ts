@@ -19,4 +19,10 @@ export interface DaySnapshot {
   visits: RawVisitTable;
   /** breakdown name -> pairs (see DayAggregate.breakdowns: insights, revenue and props included) */
   breakdowns: Record<string, Pairs>;
+  /**
+   * Derivable, kept so a large day wakes without a pass over its users: their count, and the HyperLogLog registers
+   * of a day past EXACT_USERS_PER_DAY (absent in older snapshots, and when the sketch was dropped: built at restore).
+   */
+  userCount?: number;
+  sketch?: Uint8Array;
 }

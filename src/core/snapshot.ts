@@ -93,6 +93,8 @@ export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
     users: d.users.raw(),
     visits: d.visits.raw(),
     breakdowns,
+    userCount: d.userCount,
+    ...d.heldSketch(),
   };
 }
 
