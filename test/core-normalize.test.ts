@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { sortedBreakdown } from '../src/core/capped-counter.ts';
-import { parseEvent } from '../src/core/event-schema.ts';
+import { isValidDate } from '../src/core/dates.ts';
+import { EventSchema, parseEvent } from '../src/core/event-schema.ts';
 import { urlPath } from '../src/core/normalize.ts';
 
 test('a page is one key whether sent as a path or an absolute URL', () => {
@@ -24,6 +25,36 @@ test('an ISO timestamp must name a real calendar date, and one bad timestamp is 
   assert.ok(!junk.ok && junk.issues.length === 1);
   assert.ok(parseEvent({ event: 'x', timestamp: '2026-11-30T12:00:00+01:00' }).ok);
   assert.ok(!parseEvent({ event: 'x', timestamp: 1.5 }).ok);
+});
+
+test('a calendar date is real exactly when Date reads it back unchanged (every day of 0001-9999 around month ends)', () => {
+  const byDate = (s: string) => {
+    const [y, m, d] = s.split('-').map(Number) as [number, number, number];
+    const t = Date.UTC(y, m - 1, d);
+    return Number.isFinite(t) && new Date(t).toISOString().slice(0, 10) === s;
+  };
+  const pad = (n: number, w: number) => String(n).padStart(w, '0');
+  for (const y of [1, 99, 100, 400, 1600, 1700, 1900, 2000, 2024, 2025, 2026, 2100, 2400, 9999]) {
+    for (let m = 0; m <= 13; m++) {
+      for (const d of [0, 1, 27, 28, 29, 30, 31, 32]) {
+        const s = `${pad(y, 4)}-${pad(m, 2)}-${pad(d, 2)}`;
+        assert.equal(isValidDate(s), byDate(s), s);
+      }
+    }
+  }
+  assert.equal(isValidDate('2026-1-01'), false);
+});
+
+test('the fast path takes exactly the timestamps the schema takes (ms or ISO-8601 with a real date)', () => {
+  const stamps: unknown[] = [
+    '2026-11-30T12:00:00Z', '2026-11-30T12:00:00+01:00', '2026-11-30T12:00:00-0530', '2026-11-30T12:00', '2026-11-30T12:00:00.123456789Z',
+    '2024-02-29T00:00:00Z', '2025-02-29T00:00:00Z', '2026-11-31T12:00:00Z', '2026-13-01T00:00:00Z', '0099-01-01T00:00:00Z',
+    '2026-11-30', '2026-11-30 12:00:00Z', 'yesterday', '', '2026-11-30T25:00:00Z', '2026-11-30T12:00:00+99:99', 1732960000000, 0, -1, 1.5,
+  ];
+  for (const timestamp of stamps) {
+    const event = { event: 'page_view', url: '/', timestamp };
+    assert.equal(parseEvent(event).ok, EventSchema.safeParse(event).success, String(timestamp));
+  }
 });
 
 test('a breakdown keeps a "__proto__" key like any other', () => {
