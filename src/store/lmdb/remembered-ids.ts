@@ -154,7 +154,27 @@ export class RememberedIds {
    * before, so an expiry pass resumed there skipped ids (2,830 of 30,000 in a test), and they fell out of the table.
    */
   private *stored(start: IdKey | undefined): Generator<StoredId> {
+    // Keys and values together (a lookup per key cost ~1.7 µs an id: 1.7 s of every start at 1M ids); a value that
+    // does not decode stops the range, and the rest is read key by key from the last good one, so it is named.
+    let last: IdKey | undefined;
+    try {
+      for (const { key, value } of this.db.getRange(start ? { start } : {}) as Iterable<{ key: unknown; value: unknown }>) {
+        if (!isIdKey(key) || typeof value !== 'number' || !Number.isFinite(value)) {
+          yield* this.storedOneByOne(key as IdKey);
+          return;
+        }
+        last = key;
+        yield { stored: key, key, rt: value, problem: undefined };
+      }
+    } catch {
+      yield* this.storedOneByOne(last ?? start, last);
+    }
+  }
+
+  /** `stored`, each value read on its own (after `skip`, the last record already handed out). */
+  private *storedOneByOne(start: IdKey | undefined, skip?: IdKey): Generator<StoredId> {
     for (const stored of this.db.getKeys(start ? { start } : {}) as Iterable<unknown>) {
+      if (skip && isIdKey(stored) && stored[0] === skip[0] && stored[1] === skip[1]) continue;
       let rt: unknown;
       let problem: string | undefined;
       if (!isIdKey(stored)) problem = 'its key is not a [project, eventId] pair';
