@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance, type IntervalHistogram } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config.ts';
 import { startService, type RunningService } from '../../src/service.ts';
 import { serveCommands } from '../lib/child.ts';
@@ -16,7 +16,10 @@ export type { BuildArgs, BuildResult } from './build-common.ts';
  *   them. In bulk by default (build-bulk.ts, with `bulkState` and `bulkColumns` in two more processes); `mode: 'replay'` through the
  *   service's own per-batch path with the real Sealer (build-replay.ts), which the bulk build is tested against.
  * - `serve` / `memory` / `stop`: the service on that data directory, from a fresh process.
- * - `ping`: GET /health every 5 ms from outside the service; the longest wait is the longest event-loop block.
+ * - `ping`: GET /health every 5 ms from outside the service; the longest wait is the longest event-loop block, or
+ *   the pinging process waiting for a core.
+ * - `loopDelayStart` / `loopDelayStop`: the service process's own event-loop delay meanwhile (monitorEventLoopDelay),
+ *   which no other process's share of the cores enters.
  */
 
 async function build(a: BuildArgs): Promise<BuildResult> {
@@ -24,6 +27,7 @@ async function build(a: BuildArgs): Promise<BuildResult> {
 }
 
 let service: RunningService | undefined;
+let loopDelay: IntervalHistogram | undefined;
 
 /** Anonymous RSS is what the process holds itself; LMDB's mapped pages (file-backed) are the page cache's. */
 function anonBytes(): number {
@@ -74,6 +78,18 @@ serveCommands({
     const t = performance.now();
     await service?.engine.snapshotNow();
     return performance.now() - t;
+  },
+  loopDelayStart() {
+    loopDelay = monitorEventLoopDelay({ resolution: 5 });
+    loopDelay.enable();
+    return true;
+  },
+  loopDelayStop() {
+    const h = loopDelay;
+    loopDelay = undefined;
+    if (!h) return { maxMs: 0, p99Ms: 0 };
+    h.disable();
+    return { maxMs: h.max / 1e6, p99Ms: h.percentile(99) / 1e6 };
   },
   async stop() {
     await service?.stop();
