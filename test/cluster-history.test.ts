@@ -3,15 +3,15 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { startService, type RunningService } from '../src/service.ts';
+import { startService } from '../src/service.ts';
 import { PartitionColumns } from '../src/cluster/cluster-columns.ts';
 import { PartitionHistoryIds } from '../src/store/lmdb/partition-history-ids.ts';
 import { api, createProject } from './helpers.ts';
-import { clusterNodeEnv, startNatsCluster, waitForValue, type NatsCluster } from './nats-cluster.ts';
+import { waitForValue } from './nats-cluster.ts';
+import { ownerNodes, type OwnerNode } from './owner-nodes.ts';
 
 /**
  * History in cluster mode (POST /projects/{id}/history, GET /projects/{id}/export) on two owner-mode nodes over a real
@@ -28,45 +28,12 @@ const MOVE_DEADLINE_MS = 30_000;
 const DAYS = ['2019-03-01', '2019-03-02'];
 const at = (date: string, minute: number) => Date.parse(`${date}T10:00:00Z`) + minute * 60_000;
 
-let cluster: NatsCluster;
-const dirs: string[] = [];
-const running = new Set<RunningService>();
 let clock = Date.now();
-
-interface Node {
-  id: string;
-  svc: RunningService;
-  url: string;
-  backend: ClusterBackend;
-  logs: string[];
-  dataDir: string;
-}
-
-async function startNode(id: string, tag: string, adminKey: string, dataDir?: string): Promise<Node> {
-  const dir = dataDir ?? mkdtempSync(path.join(tmpdir(), `history-${id}-`));
-  if (!dataDir) dirs.push(dir);
-  const logs: string[] = [];
-  const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir: dir, adminKey, fold: 'owner' }), ANALYTICS_QUIET: '1' });
-  const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag }, now: () => clock });
-  running.add(svc);
-  const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
-  return { id, svc, url: svc.url, backend, logs, dataDir: dir };
-}
-
-async function stop(n: { svc: RunningService }): Promise<void> {
-  await n.svc.stop();
-  running.delete(n.svc);
-}
-
-before(async () => {
-  cluster = await startNatsCluster();
-});
-
-after(async () => {
-  for (const s of running) await s.stop().catch(() => {});
-  await cluster?.stop();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const nodes = ownerNodes('history', () => clock);
+const { dirs, running } = nodes;
+const startNode = nodes.start;
+const stop = nodes.stop;
+type Node = OwnerNode;
 
 /** Two old days of a shop: visitors, referrers, browsers as an export gives them, an eventId each. */
 function oldEvents(): object[][] {

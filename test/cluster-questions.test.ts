@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
-import { startService, type RunningService } from '../src/service.ts';
+import { startService } from '../src/service.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject } from './helpers.ts';
-import { clusterNodeEnv, comparable, startNatsCluster, waitForValue, type NatsCluster } from './nats-cluster.ts';
+import { comparable, waitForValue } from './nats-cluster.ts';
+import { ownerNodes, type OwnerNode } from './owner-nodes.ts';
 
 /**
  * Questions in cluster mode (ANALYTICS_FOLD=owner): POST /query and /query/funnel asked on a node that does not own the
@@ -25,44 +25,11 @@ const at = (hhmm: string) => Date.parse(`${DAY}T${hhmm}:00Z`);
  * 2-core machine running other cluster tests beside this one took over 15 s). */
 const MOVE_DEADLINE_MS = 30_000;
 
-let cluster: NatsCluster;
-const dirs: string[] = [];
-const running = new Set<RunningService>();
-
-interface Node {
-  id: string;
-  svc: RunningService;
-  url: string;
-  backend: ClusterBackend;
-  logs: string[];
-  dataDir: string;
-}
-
-async function startNode(id: string, tag: string, adminKey: string, dataDir?: string): Promise<Node> {
-  const dir = dataDir ?? mkdtempSync(path.join(tmpdir(), `questions-${id}-`));
-  if (!dataDir) dirs.push(dir);
-  const logs: string[] = [];
-  const config = loadConfig({ ...clusterNodeEnv({ id, urls: cluster.urls, dataDir: dir, adminKey, fold: 'owner' }), ANALYTICS_QUIET: '1' });
-  const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag }, now: () => NOW });
-  running.add(svc);
-  const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
-  return { id, svc, url: svc.url, backend, logs, dataDir: dir };
-}
-
-async function stop(n: { svc: RunningService }): Promise<void> {
-  await n.svc.stop();
-  running.delete(n.svc);
-}
-
-before(async () => {
-  cluster = await startNatsCluster();
-});
-
-after(async () => {
-  for (const s of running) await s.stop().catch(() => {});
-  await cluster?.stop();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const nodes = ownerNodes('questions', () => NOW);
+const { dirs, running } = nodes;
+const startNode = nodes.start;
+const stop = nodes.stop;
+type Node = OwnerNode;
 
 /** Six batches of a day's traffic (pages, referrers, signups), then one repeating two events (eventIds) of the first two. */
 function batches(): object[][] {

@@ -1,0 +1,53 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before } from 'node:test';
+import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
+import { loadConfig } from '../src/config.ts';
+import { startService, type RunningService } from '../src/service.ts';
+import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
+
+/** A cluster node started in this process in owner mode (ANALYTICS_FOLD=owner), with its log lines and data directory. */
+export interface OwnerNode {
+  id: string;
+  svc: RunningService;
+  url: string;
+  backend: ClusterBackend;
+  logs: string[];
+  dataDir: string;
+}
+
+/**
+ * Owner-mode nodes over one 3-server cluster for a test file: the cluster starts before its tests, and every node,
+ * the cluster and every directory (`dirs`; a test adds its own) go after them. `now` is every node's clock.
+ */
+export function ownerNodes(prefix: string, now: () => number) {
+  const h = {
+    cluster: undefined as unknown as NatsCluster,
+    dirs: [] as string[],
+    running: new Set<RunningService>(),
+    async start(id: string, tag: string, adminKey: string, dataDir?: string): Promise<OwnerNode> {
+      const dir = dataDir ?? mkdtempSync(path.join(tmpdir(), `${prefix}-${id}-`));
+      if (!dataDir) h.dirs.push(dir);
+      const logs: string[] = [];
+      const config = loadConfig({ ...clusterNodeEnv({ id, urls: h.cluster.urls, dataDir: dir, adminKey, fold: 'owner' }), ANALYTICS_QUIET: '1' });
+      const svc = await startService(config, { log: (l) => logs.push(l), cluster: { tag }, now });
+      h.running.add(svc);
+      const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
+      return { id, svc, url: svc.url, backend, logs, dataDir: dir };
+    },
+    async stop(n: { svc: RunningService }): Promise<void> {
+      await n.svc.stop();
+      h.running.delete(n.svc);
+    },
+  };
+  before(async () => {
+    h.cluster = await startNatsCluster();
+  });
+  after(async () => {
+    for (const s of h.running) await s.stop().catch(() => {});
+    await h.cluster?.stop();
+    for (const d of h.dirs) rmSync(d, { recursive: true, force: true });
+  });
+  return h;
+}
