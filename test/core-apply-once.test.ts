@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { DEDUP_WINDOW_MS } from '../src/core/limits.ts';
 import { metrics } from '../src/core/metrics.ts';
-import { fromSnapshot, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
+import { fromSnapshot, toSnapshot, type DaySnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply, applyOnce, pruneEventIds, rememberedIdCount } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
@@ -78,11 +78,30 @@ function withoutRepeats(records: StoredEvent[]): Array<[number, StoredEvent]> {
   return kept;
 }
 
+/** A day's tables in key order: their snapshot form lists entries in slot order, which a restored table may not keep. */
+function inKeyOrder(day: unknown): unknown {
+  if (day === null || typeof day !== 'object' || !('visits' in day)) return day;
+  const d = day as DaySnapshot;
+  const sorted = <T extends { keys: Float64Array }>(t: T, cols: Array<keyof T>): T => {
+    const order = [...t.keys.keys()].sort((a, b) => t.keys[a]! - t.keys[b]!);
+    const out = { ...t };
+    for (const c of ['keys', ...cols] as Array<keyof T>) {
+      const col = t[c] as unknown as Float64Array | Uint32Array;
+      (out[c] as unknown) = Array.from(order, (i) => col[i]);
+    }
+    return out;
+  };
+  return { ...d, sessions: sorted(d.sessions, ['values']), users: sorted(d.users, ['values']), visits: sorted(d.visits, ['visitors', 'firsts']) };
+}
+
 function answers(state: AnalyticsState) {
   const out: unknown[] = [];
   for (const p of ['p_a', 'p_b']) out.push(metrics(state, p, 'UTC', DAYS[0]!, DAYS[2]!));
   const snap = toSnapshot(state);
-  for (const p of snap.projects) delete p.ids;
+  for (const p of snap.projects) {
+    delete p.ids;
+    p.days = p.days.map(inKeyOrder) as typeof p.days;
+  }
   return { metrics: out, snapshot: { ...snap, lastSeq: 0 } };
 }
 

@@ -334,13 +334,18 @@ export class NumberCounts {
     return { keys: outKeys, values: outValues };
   }
 
-  /** A copy of the table itself (two memcpys): see NumberSet.raw (the list form as keys without empty slots). */
+  /**
+   * The snapshot form: the entries without empty slots (the key 0 among them), so a snapshot, and a day asleep in
+   * memory as its bytes, holds ~half of what the table does at its 35–70 % load. Tables written before were copied
+   * with their empty slots; fromRaw reads both.
+   */
   raw(): RawNumberCounts {
-    if (this.list !== undefined) return { ...this.toArrays(), hasZero: false, zeroValue: 0, size: this.size };
-    return { keys: this.keys.slice(), values: this.values.slice(), hasZero: this.hasZero, zeroValue: this.zeroValue, size: this.size };
+    return { ...this.toArrays(), hasZero: false, zeroValue: 0, size: this.size };
   }
 
   static fromRaw(r: RawNumberCounts): NumberCounts {
+    // entries only (keys.length === size; a table with its slots is always longer than its size)
+    if (r.keys.length === r.size && r.size > SMALL_TABLE) return NumberCounts.from(r.keys, r.values);
     if (r.size <= SMALL_TABLE) {
       const small = new NumberCounts();
       const listForm = r.keys.length === r.size;

@@ -17,8 +17,8 @@ const MIN_CAPACITY = 8;
 const COPY_ON_RESTORE = MIN_CAPACITY;
 
 /**
- * The table's snapshot form: capacity + 1 slots, 0 = empty, the key 0's visit in the last slot. Snapshots written
- * before the zero visit moved into fields have this shape too, so both restore the same way.
+ * The table's snapshot form: its visits only (size entries, the key 0's among them when `hasZero`); snapshots written
+ * before hold the table itself, capacity + 1 slots, 0 = empty, the key 0's visit in the last slot. Both restore.
  */
 export interface RawVisitTable {
   keys: Float64Array;
@@ -102,18 +102,39 @@ export class VisitTable {
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) this.add(keys[j]!, visitors[j]!, firsts[j]!);
   }
 
-  /** A copy of the table in its snapshot form (three copies, no per-key work). */
+  /**
+   * The table in its snapshot form: its visits without empty slots (the key 0's among them), so a snapshot, and a day
+   * asleep in memory as its bytes, holds ~half of what the table does at its 35–70 % load.
+   */
   raw(): RawVisitTable {
-    const out = (a: Float64Array, zero: number): Float64Array => {
-      const r = new Float64Array(a.length + 1);
-      r.set(a);
-      r[a.length] = this.hasZero ? zero : 0;
-      return r;
-    };
-    return { keys: out(this.keys, 0), visitors: out(this.visitors, this.zeroVisitor), firsts: out(this.firsts, this.zeroFirst), hasZero: this.hasZero, size: this.size };
+    const n = this.size;
+    const keys = new Float64Array(n);
+    const visitors = new Float64Array(n);
+    const firsts = new Float64Array(n);
+    let o = 0;
+    if (this.hasZero) {
+      visitors[o] = this.zeroVisitor;
+      firsts[o++] = this.zeroFirst;
+    }
+    for (let j = 0; j < this.keys.length; j++) {
+      if (this.keys[j] === 0) continue;
+      keys[o] = this.keys[j]!;
+      visitors[o] = this.visitors[j]!;
+      firsts[o++] = this.firsts[j]!;
+    }
+    return { keys, visitors, firsts, hasZero: this.hasZero, size: n };
   }
 
   static fromRaw(r: RawVisitTable): VisitTable {
+    // visits only (keys.length === size): a table with its slots is capacity + 1 long, always more than its size
+    if (r.keys.length === r.size) {
+      if (r.visitors.length !== r.size || r.firsts.length !== r.size) throw new Error('a visit table of an impossible shape');
+      let capacity = MIN_CAPACITY;
+      while (capacity * MAX_LOAD < r.size) capacity *= 2;
+      const t = new VisitTable(capacity);
+      for (let i = 0; i < r.size; i++) t.add(r.keys[i]!, r.visitors[i]!, r.firsts[i]!);
+      return t;
+    }
     const capacity = r.keys.length - 1;
     if (capacity < 1 || (capacity & (capacity - 1)) !== 0 || r.visitors.length !== r.keys.length || r.firsts.length !== r.keys.length) {
       throw new Error('a visit table of an impossible shape');
