@@ -23,7 +23,10 @@ function capacityFor(n: number): number {
   return c;
 }
 
-/** A table as it is in memory (power-of-two capacity, 0 = empty): the snapshot form, restored without rehashing. */
+/**
+ * The snapshot form: a table as it is in memory (power-of-two capacity, 0 = empty, viewed on restore), or its
+ * entries only (`keys.length === size`, inserted again on restore; what NumberCounts writes).
+ */
 export interface RawNumberSet {
   keys: Float64Array;
   hasZero: boolean;
@@ -345,7 +348,7 @@ export class NumberCounts {
 
   static fromRaw(r: RawNumberCounts): NumberCounts {
     // entries only (keys.length === size; a table with its slots is always longer than its size)
-    if (r.keys.length === r.size && r.size > SMALL_TABLE) return NumberCounts.from(r.keys, r.values);
+    if (r.keys.length === r.size && r.size > SMALL_TABLE) return NumberCounts.fromEntries(r.keys, r.values);
     if (r.size <= SMALL_TABLE) {
       const small = new NumberCounts();
       const listForm = r.keys.length === r.size;
@@ -367,6 +370,28 @@ export class NumberCounts {
   /** Bytes of typed arrays this table holds. */
   get byteLength(): number {
     return this.keys.byteLength + this.values.byteLength;
+  }
+
+  /** A table of distinct entries (a snapshot's): placed straight into its slots, none looked up first. */
+  private static fromEntries(keys: Float64Array, values: Uint32Array): NumberCounts {
+    const m = new NumberCounts(keys.length);
+    const slots = m.keys;
+    const counters = m.values;
+    const mask = m.mask;
+    for (let j = 0; j < keys.length; j++) {
+      const k = keys[j]!;
+      if (k === 0) {
+        m.hasZero = true;
+        m.zeroValue = values[j]!;
+        continue;
+      }
+      let i = (k >>> 0) & mask;
+      while (slots[i] !== 0) i = (i + 1) & mask;
+      slots[i] = k;
+      counters[i] = values[j]!;
+    }
+    m.size = keys.length;
+    return m;
   }
 
   static from(keys: ArrayLike<number>, values: ArrayLike<number>): NumberCounts {

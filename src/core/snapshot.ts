@@ -73,7 +73,7 @@ export type RingEncoder = (projectId: string, ring: RecentRing) => PackedRing | 
 export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot | Uint8Array | Encoded;
 
 /**
- * One live day as plain data (its hash tables copied as they are in memory), or a copy of its stored bytes while it
+ * One live day as plain data (its hash tables as their entries), or a copy of its stored bytes while it
  * sleeps (written as they are: nothing is decoded to snapshot a day nobody touched).
  */
 export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {

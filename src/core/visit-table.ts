@@ -131,8 +131,24 @@ export class VisitTable {
       if (r.visitors.length !== r.size || r.firsts.length !== r.size) throw new Error('a visit table of an impossible shape');
       let capacity = MIN_CAPACITY;
       while (capacity * MAX_LOAD < r.size) capacity *= 2;
+      // distinct visits (a snapshot's): placed straight into their slots
       const t = new VisitTable(capacity);
-      for (let i = 0; i < r.size; i++) t.add(r.keys[i]!, r.visitors[i]!, r.firsts[i]!);
+      const mask = capacity - 1;
+      for (let j = 0; j < r.size; j++) {
+        const k = r.keys[j]!;
+        if (k === 0) {
+          t.hasZero = true;
+          t.zeroVisitor = r.visitors[j]!;
+          t.zeroFirst = r.firsts[j]!;
+          continue;
+        }
+        let i = (k >>> 0) & mask;
+        while (t.keys[i] !== 0) i = (i + 1) & mask;
+        t.keys[i] = k;
+        t.visitors[i] = r.visitors[j]!;
+        t.firsts[i] = r.firsts[j]!;
+      }
+      t.size = r.size;
       return t;
     }
     const capacity = r.keys.length - 1;
