@@ -1,12 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { rmSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { loadConfig } from '../src/config.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { startService } from '../src/service.ts';
 import { PartitionColumns } from '../src/cluster/cluster-columns.ts';
 import { PartitionHistoryIds } from '../src/store/lmdb/partition-history-ids.ts';
 import { api, createProject } from './helpers.ts';
@@ -30,7 +26,6 @@ const at = (date: string, minute: number) => Date.parse(`${date}T10:00:00Z`) + m
 
 let clock = Date.now();
 const nodes = ownerNodes('history', () => clock);
-const { dirs, running } = nodes;
 const startNode = nodes.start;
 const stop = nodes.stop;
 type Node = OwnerNode;
@@ -90,13 +85,7 @@ describe('history in cluster mode', () => {
     const key = `ak_${randomBytes(24).toString('base64url')}`;
     let a = await startNode('a', tag, key);
     let b = await startNode('b', tag, key);
-    const singleDir = mkdtempSync(path.join(tmpdir(), 'history-single-'));
-    dirs.push(singleDir);
-    const single = await startService(
-      loadConfig({ PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: singleDir, ANALYTICS_ADMIN_KEY: key, ANALYTICS_QUIET: '1' }),
-      { now: () => clock },
-    );
-    running.add(single);
+    const single = await nodes.single(key);
 
     const pc = await createProject(a.url, key, { name: 'shop' });
     const ps = await createProject(single.url, key, { name: 'shop' });

@@ -1,11 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { loadConfig } from '../src/config.ts';
-import { startService } from '../src/service.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject } from './helpers.ts';
 import { comparable, waitForValue } from './nats-cluster.ts';
@@ -26,7 +23,6 @@ const at = (hhmm: string) => Date.parse(`${DAY}T${hhmm}:00Z`);
 const MOVE_DEADLINE_MS = 30_000;
 
 const nodes = ownerNodes('questions', () => NOW);
-const { dirs, running } = nodes;
 const startNode = nodes.start;
 const stop = nodes.stop;
 type Node = OwnerNode;
@@ -91,13 +87,7 @@ describe('questions in cluster mode', () => {
     const key = `ak_${randomBytes(24).toString('base64url')}`;
     let a = await startNode('a', tag, key);
     const b = await startNode('b', tag, key);
-    const singleDir = mkdtempSync(path.join(tmpdir(), 'questions-single-'));
-    dirs.push(singleDir);
-    const single = await startService(
-      loadConfig({ PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: singleDir, ANALYTICS_ADMIN_KEY: key, ANALYTICS_QUIET: '1' }),
-      { now: () => NOW },
-    );
-    running.add(single);
+    const single = await nodes.single(key);
 
     const pc = await createProject(a.url, key, { name: 'shop' });
     const ps = await createProject(single.url, key, { name: 'shop' });

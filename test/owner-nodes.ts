@@ -36,6 +36,14 @@ export function ownerNodes(prefix: string, now: () => number) {
       const backend = (svc.engine as unknown as { backend: ClusterBackend }).backend;
       return { id, svc, url: svc.url, backend, logs, dataDir: dir };
     },
+    /** A single-node service (LMDB) with the same admin key and clock: the reference the cluster must equal. */
+    async single(adminKey: string): Promise<RunningService> {
+      const dir = mkdtempSync(path.join(tmpdir(), `${prefix}-single-`));
+      h.dirs.push(dir);
+      const svc = await startService(loadConfig({ PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1' }), { now });
+      h.running.add(svc);
+      return svc;
+    },
     async stop(n: { svc: RunningService }): Promise<void> {
       await n.svc.stop();
       h.running.delete(n.svc);
