@@ -23,10 +23,7 @@ function capacityFor(n: number): number {
   return c;
 }
 
-/**
- * The snapshot form: a table as it is in memory (power-of-two capacity, 0 = empty, viewed on restore), or its
- * entries only (`keys.length === size`, inserted again on restore; what NumberCounts writes).
- */
+/** Snapshot form: the table as in memory (power-of-two capacity, 0 = empty), or entries only (keys.length === size). */
 export interface RawNumberSet {
   keys: Float64Array;
   hasZero: boolean;
@@ -337,11 +334,7 @@ export class NumberCounts {
     return { keys: outKeys, values: outValues };
   }
 
-  /**
-   * The snapshot form: the entries without empty slots (the key 0 among them), so a snapshot, and a day asleep in
-   * memory as its bytes, holds ~half of what the table does at its 35–70 % load. Tables written before were copied
-   * with their empty slots; fromRaw reads both.
-   */
+  /** The snapshot form: entries only (the key 0 among them), ~half of the table at its load; fromRaw reads both forms. */
   raw(): RawNumberCounts {
     return { ...this.toArrays(), hasZero: false, zeroValue: 0, size: this.size };
   }
