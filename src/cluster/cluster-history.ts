@@ -1,7 +1,9 @@
 import { byTime } from '../core/history-line.ts';
 import { DEDUP_PRUNE_MARGIN_MS, DEDUP_WINDOW_MS } from '../core/limits.ts';
+import { countedWithin, noteCounted, pruneIds } from '../core/state.ts';
 import type { FoldRecord, StoredEvent } from '../core/types.ts';
 import { chunks, noteSpan, READ_SLICE, yieldTurn, type DaySpan } from '../engine/history-export.ts';
+import { historyRepeats } from '../engine/partition-fold.ts';
 import type { LogEntry } from '../store/seams.ts';
 import { SEQ_SPAN } from './cluster-columns.ts';
 
@@ -96,31 +98,24 @@ export async function* exportFromStream(parts: StreamExportParts, projectId: str
       counted.clear();
       continue;
     }
-    let inMessage: Set<string> | undefined;
+    const historySeen = historyRepeats((p, id) => parts.table?.firstSeq(p, id), e.seq);
     for (let i = 0; i < e.records.length; i++) {
       const r = e.records[i]!;
       if (r.t !== 'e' || r.p !== projectId) continue;
       const id = r.eventId;
       if (id !== undefined) {
-        const at = counted.get(id);
-        let repeat = at !== undefined && Math.abs(r.rt - at) < DEDUP_WINDOW_MS;
-        if (!repeat && r.h === 1) {
-          const first = parts.table?.firstSeq(projectId, id);
-          if ((first !== undefined && first < e.seq) || inMessage?.has(id)) repeat = true;
-          else (inMessage ??= new Set()).add(id);
-        }
-        if (repeat) {
+        // applyOnce's rules: the 48 h rule, then the history-repeat rule
+        if (countedWithin(counted, id, r.rt) || (r.h === 1 && historySeen(projectId, id))) {
           if (inRange(r)) repeats.add(e.seq * SEQ_SPAN + i);
           continue;
         }
-        counted.delete(id); // re-inserted at the end: the map stays in fold order, as the fold's does
-        counted.set(id, r.rt);
+        noteCounted(counted, id, r.rt);
       }
       if (r.rt > maxRt) maxRt = r.rt;
       if (inRange(r)) noteSpan(spans, e.seq, r);
     }
     if (maxRt >= nextPrune) {
-      prune(counted, maxRt);
+      pruneIds(counted, maxRt - DEDUP_WINDOW_MS - DEDUP_PRUNE_MARGIN_MS);
       nextPrune = maxRt + DEDUP_PRUNE_MARGIN_MS;
     }
   }
@@ -136,14 +131,5 @@ export async function* exportFromStream(parts: StreamExportParts, projectId: str
     }
     events.sort(byTime);
     yield events;
-  }
-}
-
-/** Forgets ids no later record can repeat, as core pruneEventIds does (older than the window and its margin). */
-function prune(counted: Map<string, number>, maxRt: number): void {
-  const cutoff = maxRt - DEDUP_WINDOW_MS - DEDUP_PRUNE_MARGIN_MS;
-  for (const [id, rt] of counted) {
-    if (rt >= cutoff + DEDUP_PRUNE_MARGIN_MS) break;
-    if (rt < cutoff) counted.delete(id);
   }
 }

@@ -144,8 +144,35 @@ export function nextRealtimePrune(maxRt: number): number {
  * times only, so every node folding the same log agrees, whichever node took each copy.
  */
 export function isDuplicate(state: AnalyticsState, projectId: string, eventId: string, rt: number): boolean {
-  const seen = state.projects.get(projectId)?.eventIds?.get(eventId);
+  return countedWithin(state.projects.get(projectId)?.eventIds, eventId, rt);
+}
+
+/** One project's counted eventIds (id -> receive time, in fold order): was `eventId` counted within 48 h of `rt`? */
+export function countedWithin(ids: ReadonlyMap<string, number> | undefined, eventId: string, rt: number): boolean {
+  const seen = ids?.get(eventId);
   return seen !== undefined && Math.abs(rt - seen) < DEDUP_WINDOW_MS;
+}
+
+/** Notes `eventId` counted at `rt`, at the end of the map: it stays in fold order, which pruneIds relies on. */
+export function noteCounted(ids: Map<string, number>, eventId: string, rt: number): void {
+  ids.delete(eventId);
+  ids.set(eventId, rt);
+}
+
+/**
+ * Forgets the ids counted before `cutoff`. Ids are in fold order, which is receive order up to clock skew, so the scan
+ * stops at the first id younger than the cutoff plus DEDUP_PRUNE_MARGIN_MS.
+ */
+export function pruneIds(ids: Map<string, number>, cutoff: number): number {
+  let removed = 0;
+  for (const [id, rt] of ids) {
+    if (rt >= cutoff + DEDUP_PRUNE_MARGIN_MS) break;
+    if (rt < cutoff) {
+      ids.delete(id);
+      removed++;
+    }
+  }
+  return removed;
 }
 
 /**
@@ -168,9 +195,7 @@ export function applyOnce(state: AnalyticsState, seq: number, record: FoldRecord
   }
   apply(state, seq, record);
   const p = state.project(record.p);
-  const ids = (p.eventIds ??= new Map());
-  ids.delete(id); // re-inserted at the end: the map stays in fold order, which prune relies on
-  ids.set(id, record.rt);
+  noteCounted((p.eventIds ??= new Map()), id, record.rt);
   return true;
 }
 
@@ -186,13 +211,7 @@ export function pruneEventIds(state: AnalyticsState, now: number): number {
   for (const p of state.projects.values()) {
     const ids = p.eventIds;
     if (!ids) continue;
-    for (const [id, rt] of ids) {
-      if (rt >= cutoff + DEDUP_PRUNE_MARGIN_MS) break;
-      if (rt < cutoff) {
-        ids.delete(id);
-        removed++;
-      }
-    }
+    removed += pruneIds(ids, cutoff);
     if (ids.size === 0) p.eventIds = undefined;
   }
   return removed;

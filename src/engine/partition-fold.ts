@@ -68,6 +68,23 @@ export interface HistoryIdLedger {
   erase(projectId: string, seq: number): void;
 }
 
+/**
+ * The history-repeat rule of the message at `seq`: was a history id carried by an earlier message (`firstSeq`: the
+ * ledger; a replay of the same message finds its own sequence, not an earlier one) or earlier in this one? Numbering
+ * 'message' only: every record of a message has its sequence. The fold and the cluster's export both judge by it.
+ */
+export function historyRepeats(firstSeq: (projectId: string, eventId: string) => number | undefined, seq: number): (projectId: string, eventId: string) => boolean {
+  let inMessage: Set<string> | undefined;
+  return (projectId, eventId) => {
+    const first = firstSeq(projectId, eventId);
+    if (first !== undefined && first < seq) return true;
+    const k = `${projectId}\u0000${eventId}`;
+    if (inMessage?.has(k)) return true;
+    (inMessage ??= new Set()).add(k);
+    return false;
+  };
+}
+
 export class PartitionFold {
   state: AnalyticsState;
   /** writes this state's closed days (a new one with every new state) */
@@ -118,7 +135,8 @@ export class PartitionFold {
     let applied: readonly FoldRecord[] = records;
     if (this.opts.repeatsInLog) {
       const kept: FoldRecord[] = [];
-      const seen = this.historySeen(seq);
+      const ledger = this.opts.historyIds;
+      const seen = ledger ? historyRepeats((p, id) => ledger.firstSeq(p, id), seq) : undefined;
       for (let i = 0; i < records.length; i++) if (applyOnce(state, seq + i * perRecord, records[i]!, seen)) kept.push(records[i]!);
       applied = kept;
       this.opts.historyIds?.note(seq, records);
@@ -137,24 +155,6 @@ export class PartitionFold {
     this.sinceSnapshot += records.length;
     this.sealer.kick();
     if (this.sinceSnapshot >= this.opts.snapshotEveryEvents && !this.snapshotting && this.writesSnapshots()) void this.snapshotSoon();
-  }
-
-  /**
-   * Was a history id carried by an earlier message (the ledger; a replay of the same message finds its own sequence,
-   * not an earlier one) or earlier in this one? Numbering 'message' only: every record of a message has its sequence.
-   */
-  private historySeen(seq: number): ((projectId: string, eventId: string) => boolean) | undefined {
-    const ledger = this.opts.historyIds;
-    if (!ledger) return undefined;
-    let inMessage: Set<string> | undefined;
-    return (projectId, eventId) => {
-      const first = ledger.firstSeq(projectId, eventId);
-      if (first !== undefined && first < seq) return true;
-      const k = `${projectId}\u0000${eventId}`;
-      if (inMessage?.has(k)) return true;
-      (inMessage ??= new Set()).add(k);
-      return false;
-    };
   }
 
   /**
