@@ -239,6 +239,9 @@ class FrameReader {
 
   /** the file's length: a frame length read from damaged bytes must not become a read (or a buffer) past it */
   private readonly size: number;
+  /** the running SHA-256 of the bytes read since startHash, and the file offset up to which it has them */
+  private hash: Hash | undefined;
+  private hashed = 0;
 
   constructor(private readonly fd: number) {
     this.size = fstatSync(fd).size;
@@ -265,10 +268,6 @@ class FrameReader {
     this.hash = undefined;
     return d;
   }
-
-  private hash: Hash | undefined;
-  /** file offset up to which bytes were hashed */
-  private hashed = 0;
 
   private feed(): void {
     const upTo = this.position;
