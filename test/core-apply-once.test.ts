@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
+import { deserialize } from 'node:v8';
 import fc from 'fast-check';
 import { DEDUP_WINDOW_MS } from '../src/core/limits.ts';
 import { metrics } from '../src/core/metrics.ts';
@@ -78,8 +79,12 @@ function withoutRepeats(records: StoredEvent[]): Array<[number, StoredEvent]> {
   return kept;
 }
 
-/** A day's tables in key order: their snapshot form lists entries in slot order, which a restored table may not keep. */
+/**
+ * A day's tables in key order: their snapshot form lists entries in slot order, which a restored table may not keep.
+ * A day asleep gives its stored bytes: decoded here.
+ */
 function inKeyOrder(day: unknown): unknown {
+  if (day instanceof Uint8Array) day = deserialize(day);
   if (day === null || typeof day !== 'object' || !('visits' in day)) return day;
   const d = day as DaySnapshot;
   const sorted = <T extends { keys: Float64Array }>(t: T, cols: Array<keyof T>): T => {

@@ -249,8 +249,11 @@ describe('days and rings asleep after a restore', () => {
       await files.write(toSnapshot(fold(events, new AnalyticsState(), 0, cut)));
       const first = fromSnapshot(files.loadNewest(cut, (f, why) => assert.fail(`${f}: ${why}`))!);
       for (const p of first.projects.values()) for (const d of p.days.values()) assert.ok(d.storedBytes(), 'restored days sleep');
-      // Touch one project only (a read); the other stays asleep and is written again from its bytes.
+      // A read leaves days asleep (it uses their sealed form); the fold's tables wake a day. Wake one project only:
+      // the other stays asleep and is written again from its bytes.
       metrics(first, 'p_a', 'UTC', DAYS[0]!, DAYS[1]!);
+      assert.ok([...first.project('p_a').days.values()].every((d) => d.isAsleep), 'a read wakes nothing');
+      for (const d of first.project('p_a').days.values()) void d.sessions;
       assert.ok([...first.project('p_a').days.values()].every((d) => d.storedBytes() === undefined));
       assert.ok([...first.project('p_b').days.values()].every((d) => d.storedBytes() !== undefined));
       first.lastSeq = cut + 1; // a new file name (the state is the same)

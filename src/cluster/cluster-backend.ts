@@ -27,6 +27,7 @@ import { Ownership } from './ownership.ts';
 import { QuestionsUnavailable } from '../engine/questions.ts';
 import { answerRead, type ReadQuery } from '../engine/read-query.ts';
 import { PartitionFold, PRUNE_EVERY_MS, type Projection } from '../engine/partition-fold.ts';
+import { REST_EVERY_MS } from '../engine/day-rest.ts';
 
 /**
  * Cluster mode (CLUSTER.md), StreamFold: ingest publishes the batch as one message to its partition and acknowledges
@@ -867,6 +868,9 @@ export class ClusterBackend implements Backend {
     });
     every(PRUNE_EVERY_MS, () => {
       for (const p of this.parts) p.fold.prune(this.now());
+    });
+    every(REST_EVERY_MS, async () => {
+      for (const p of this.parts) if (p.active) await p.fold.rest();
     });
     every(INFLIGHT_SWEEP_MS, () => {
       const old = this.now() - INFLIGHT_FORGET_MS;

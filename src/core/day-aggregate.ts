@@ -7,6 +7,7 @@ import { intern } from './intern.ts';
 import { EXACT_USERS_PER_DAY, HLL_PRECISION, MAX_PROP_KEYS_PER_DAY, MAX_PROP_VALUES, MAX_REVENUE_CURRENCIES, UNKNOWN_NAME } from './limits.ts';
 import { NumberCounts } from './number-table.ts';
 import type { DaySnapshot } from './day-snapshot.ts';
+import { SealedPart, sealedFromSnapshot, type SealedDay } from './sealed-day.ts';
 import type { StoredEvent } from './types.ts';
 import { VisitTable } from './visit-table.ts';
 
@@ -331,9 +332,12 @@ export interface StoredDay {
 
 /**
  * One project's live day: its name and log sequences, and its aggregates (DayState), which are created on the first
- * event, or restored from a snapshot. After a restart a day starts asleep: only its stored bytes (~1 KB for a small
- * day, against ~2 KB decoded) until something touches its figures (an event, a read, sealing), so startup decodes
- * nothing and an idle project's days cost their bytes. A sleeping day is written to the next snapshot as its bytes.
+ * event, or restored from a snapshot. A day may sleep: held as its snapshot bytes only (~half of its tables at their
+ * load) until an event or sealing wakes it. Every day starts asleep after a restart (startup decodes nothing, an idle
+ * project's days cost their bytes), and the engine puts days nobody writes to back to sleep (sleep). Reads do not
+ * wake a day: they use its sealed form, built from the bytes when first read (scalars, breakdowns, users as hashes or
+ * a sketch), so a dashboard's 30-day read neither rebuilds 30 days of tables nor keeps them. A sleeping day is
+ * written to the next snapshot as its bytes.
  */
 export class DayAggregate implements RangePart {
   /** sequence of the first record folded into this instance: names its sealed segment, so re-sealing overwrites */
@@ -346,6 +350,8 @@ export class DayAggregate implements RangePart {
   heldUntil = 0;
   private state: DayState | undefined;
   private stored: StoredDay | undefined;
+  /** while asleep, once read: the day's sealed form and a read view of it (dropped when the day wakes) */
+  private asleepForm: { form: SealedDay; part: SealedPart } | undefined;
 
   constructor(readonly day: string) {}
 
@@ -367,6 +373,22 @@ export class DayAggregate implements RangePart {
     return d;
   }
 
+  /**
+   * Puts an awake day to sleep as `s`: its snapshot form (daySnapshot) encoded by the caller as of its current
+   * sequences. Its tables are dropped; the next event or sealing restores them from the bytes.
+   */
+  sleep(s: StoredDay): void {
+    if (s.day !== this.day || s.firstSeq !== this.firstSeq || s.lastSeq !== this.lastSeq) throw new Error(`a day sleeps only as its own bytes (${this.day} ${this.firstSeq}-${this.lastSeq})`);
+    this.state = undefined;
+    this.asleepForm = undefined;
+    this.stored = s;
+  }
+
+  /** Whether the day is held as its bytes only (see the class comment). */
+  get isAsleep(): boolean {
+    return this.state === undefined;
+  }
+
   /** The stored bytes while the day sleeps, else undefined. */
   storedBytes(): Uint8Array | undefined {
     return this.stored?.bytes;
@@ -378,29 +400,50 @@ export class DayAggregate implements RangePart {
     return s?.at === undefined ? undefined : { at: s.at, length: s.bytes.length };
   }
 
+  /** While asleep: the day's sealed form (what sealDay gives), built from its bytes without waking it. */
+  sealedForm(): SealedDay | undefined {
+    return this.state || !this.stored ? undefined : this.asleepRead().form;
+  }
+
   private get s(): DayState {
     return this.state ?? this.wake();
+  }
+
+  /** What reads use: the awake state, or the sealed form of a sleeping day. */
+  private get r(): DayState | SealedPart {
+    return this.state ?? (this.stored ? this.asleepRead().part : this.wake());
+  }
+
+  private asleepRead(): { form: SealedDay; part: SealedPart } {
+    if (this.asleepForm) return this.asleepForm;
+    const form = sealedFromSnapshot(this.stored!.load());
+    return (this.asleepForm = { form, part: new SealedPart(form) });
+  }
+
+  private asleepFigures(): DayFigures {
+    return this.stored ? this.asleepRead().form.figures : this.s.figures()[0]!;
   }
 
   private wake(): DayState {
     const stored = this.stored;
     this.stored = undefined;
+    this.asleepForm = undefined;
     this.state = stored ? DayState.restore(stored.load()) : new DayState(this.day);
     return this.state;
   }
 
   get pageviews(): number {
-    return this.s.pageviews;
+    return this.state ? this.state.pageviews : this.asleepFigures().pageviews;
   }
   get bounces(): number {
-    return this.s.bounces;
+    return this.state ? this.state.bounces : this.asleepFigures().bounces;
   }
   get sessionsWithPageview(): number {
-    return this.s.sessionsWithPageview;
+    return this.state ? this.state.sessionsWithPageview : this.asleepFigures().sessionsWithPageview;
   }
   /** bot hits (acknowledged, not counted as traffic) */
   get bots(): number {
-    return this.s.bots;
+    return this.state ? this.state.bots : this.asleepFigures().bots;
   }
   set bots(n: number) {
     this.s.bots = n;
@@ -417,13 +460,13 @@ export class DayAggregate implements RangePart {
   }
   /** the day's exact distinct visitors */
   get userCount(): number {
-    return this.s.userCount;
+    return this.state ? this.state.userCount : this.asleepFigures().users;
   }
   userHashes(): Float64Array {
     return this.s.userHashes();
   }
   get sketch(): HyperLogLog | undefined {
-    return this.s.sketch;
+    return this.r.sketch;
   }
   heldSketch(): { sketch?: Uint8Array } {
     return this.s.heldSketch();
@@ -441,14 +484,14 @@ export class DayAggregate implements RangePart {
   namedInsights(): Array<[string, CappedCounter]> {
     return this.s.namedInsights();
   }
-  figures(): DayFigures[] {
-    return this.s.figures();
+  figures(): readonly DayFigures[] {
+    return this.r.figures();
   }
   sumBreakdown(name: string, into: Map<string, number>): void {
-    this.s.sumBreakdown(name, into);
+    this.r.sumBreakdown(name, into);
   }
   forEachUser(fn: (hash: number) => void): void {
-    this.s.forEachUser(fn);
+    this.r.forEachUser(fn);
   }
 }
 

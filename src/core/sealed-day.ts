@@ -1,7 +1,8 @@
 import type { DayAggregate } from './day-aggregate.ts';
+import type { DaySnapshot } from './day-snapshot.ts';
 import { addFigures, type DayFigures, type RangePart } from './day-view.ts';
 import { HyperLogLog } from './hyperloglog.ts';
-import { EXACT_USERS_PER_DAY } from './limits.ts';
+import { EXACT_USERS_PER_DAY, HLL_PRECISION } from './limits.ts';
 import { NumberSet } from './number-table.ts';
 
 /**
@@ -53,12 +54,53 @@ export interface SealedMonth {
 
 /** The sealed form of a live day. */
 export function sealDay(d: DayAggregate): SealedDay {
+  const asleep = d.sealedForm(); // a sleeping day seals without rebuilding its tables
+  if (asleep) return asleep;
   const breakdowns: Record<string, Pairs> = {};
   for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   const out: SealedDay = { v: SEALED_VERSION, date: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, figures: d.figures()[0]!, breakdowns };
   // Built from each visit's final visitor (a sketch of a live day that lost a visitor is rebuilt by its getter).
   if (d.userCount <= EXACT_USERS_PER_DAY) out.userHashes = d.userHashes();
   else out.sketch = d.sketch!.registers.slice();
+  return out;
+}
+
+/**
+ * The sealed form of a live day from its snapshot form, without building its tables: what a day asleep answers reads
+ * with, and what it seals as. Equal to sealDay of the day the snapshot describes (hashes in the snapshot's order).
+ */
+export function sealedFromSnapshot(ds: DaySnapshot): SealedDay {
+  const users = ds.users;
+  // entries only (keys.length === size: the key 0 among them) or a table with its slots (0 = empty, hasZero aside)
+  const listForm = users.keys.length === users.size;
+  const hashes: number[] = [];
+  let count = 0;
+  const exactWanted = ds.userCount === undefined || ds.userCount <= EXACT_USERS_PER_DAY || ds.sketch?.length !== 1 << HLL_PRECISION;
+  if (!listForm && users.hasZero && users.zeroValue > 0) {
+    count++;
+    if (exactWanted) hashes.push(0);
+  }
+  for (let j = 0; j < users.keys.length; j++) {
+    if ((!listForm && users.keys[j] === 0) || users.values[j]! <= 0) continue;
+    count++;
+    if (exactWanted) hashes.push(users.keys[j]!);
+  }
+  const userCount = ds.userCount ?? count;
+  const out: SealedDay = {
+    v: SEALED_VERSION,
+    date: ds.day,
+    firstSeq: ds.firstSeq,
+    lastSeq: ds.lastSeq,
+    figures: { date: ds.day, users: userCount, sessions: ds.sessions.size, pageviews: ds.pageviews, bounces: ds.bounces, sessionsWithPageview: ds.sessionsWithPageview, bots: ds.bots },
+    breakdowns: ds.breakdowns,
+  };
+  if (userCount <= EXACT_USERS_PER_DAY) out.userHashes = Float64Array.from(hashes);
+  else if (ds.sketch?.length === 1 << HLL_PRECISION) out.sketch = ds.sketch.slice();
+  else {
+    const h = new HyperLogLog();
+    for (const u of hashes) h.add(u);
+    out.sketch = h.registers;
+  }
   return out;
 }
 

@@ -78,7 +78,7 @@ export type DayEncoder = (projectId: string, day: DayAggregate) => DaySnapshot |
  */
 export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
   const stored = d.storedBytes();
-  if (stored) return stored.slice();
+  if (stored) return new Uint8Array(stored); // a copy of its own (Buffer#slice is a view): the writer may take it
   const breakdowns: Record<string, Pairs> = {};
   for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
   return {

@@ -23,6 +23,7 @@ import { generateKey, hashKey, keyHint } from './keys.ts';
 import type { OperatorMetrics } from './operator-metrics.ts';
 import { answerRead, type ReadQuery } from './read-query.ts';
 import { recoverState } from './recovery.ts';
+import { REST_EVERY_MS } from './day-rest.ts';
 import { PartitionFold, PRUNE_EVERY_MS } from './partition-fold.ts';
 import { Snapshotter } from './snapshotter.ts';
 
@@ -299,6 +300,7 @@ export class LmdbBackend implements Backend {
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void {
     every(this.config.snapshotIntervalMs, () => this.fold.snapshotIfChanged());
     every(COLUMN_FLUSH_MS, () => this.columns.flush());
+    every(REST_EVERY_MS, async () => void (await this.fold.rest()));
     every(PRUNE_EVERY_MS, async () => {
       await this.ids.expire(this.now());
       this.fold.prune(this.now());

@@ -1,5 +1,6 @@
 import { AnalyticsState, apply, applyOnce, dropProject, pruneEventIds } from '../core/state.ts';
 import type { FoldRecord } from '../core/types.ts';
+import { DayRest } from './day-rest.ts';
 import { Sealer, type SealedWriter } from './sealer.ts';
 
 /**
@@ -8,7 +9,7 @@ import { Sealer, type SealedWriter } from './sealer.ts';
  * that partition's follower. It owns the day state, the sealer that takes the state's closed days, the snapshot
  * schedule (every `snapshotEveryEvents` records folded, on the caller's interval, at close) and the pruning of
  * remembered eventIds, and feeds every applied record to the projections it serves (the column store, the single
- * node's remembered eventIds). Where snapshots and sealed days are written is handed in; when to acknowledge is not
+ * node's remembered eventIds), and puts idle days to sleep. Where snapshots and sealed days are written is handed in; when to acknowledge is not
  * its business.
  */
 
@@ -99,6 +100,8 @@ export class PartitionFold {
   /** why the newest snapshot attempt failed; undefined once one succeeds (shutdown reports it) */
   failure: string | undefined;
   private readonly projections: Projection[];
+  /** puts the days nobody writes to back to sleep (the caller's timer runs rest every REST_EVERY_MS) */
+  private readonly resting = new DayRest(() => this.state);
 
   constructor(
     state: AnalyticsState,
@@ -166,6 +169,16 @@ export class PartitionFold {
     if (now <= state.maxRt || state.nextSealCheck > now) return;
     apply(state, state.lastSeq, { t: 'k', rt: now });
     this.sealer.kick();
+  }
+
+  /** Puts live days idle long enough to sleep (engine/day-rest.ts); how many. */
+  rest(): Promise<number> {
+    return this.resting.pass();
+  }
+
+  /** Live days put to sleep since the start. */
+  get daysRested(): number {
+    return this.resting.slept;
   }
 
   /** Forgets remembered eventIds no later record can repeat (PRUNE_EVERY_MS). */
