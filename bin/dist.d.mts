@@ -5,3 +5,5 @@ export declare const STAMP: string;
 export declare function sourceHash(): string;
 export declare function distIsFresh(): boolean;
 export declare function nodeArgsFor(srcFile: string): string[];
+/** The environment every launcher gives the service (see dist.mjs). */
+export declare const SERVICE_ENV: { MALLOC_MMAP_THRESHOLD_: string };

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { nodeArgsFor } from '../../bin/dist.mjs';
+import { nodeArgsFor, SERVICE_ENV } from '../../bin/dist.mjs';
 import { REPO_ROOT } from './child.ts';
 
 /**
@@ -36,7 +36,7 @@ export async function startOutside(dataDir: string, adminKey: string, env: Recor
   const t0 = performance.now();
   const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...(process.env.MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX } : {}), PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
+    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...(process.env.MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX } : {}), PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
