@@ -48,6 +48,7 @@ const moduleUrlAsInSrc = {
     build.onLoad({ filter: /\.ts$/ }, (args) => {
       if (!args.path.startsWith(SRC + path.sep)) return undefined;
       const text = readFileSync(args.path, 'utf8');
+      if (/import\.meta\.(dirname|filename)\b/.test(text)) throw new Error(`${args.path}: resolve files with new URL(..., import.meta.url), which the bundle keeps`);
       if (!text.includes('import.meta.url')) return undefined;
       const copy = `../${toUrlPath(path.relative(SRC, args.path))}`; // from dist/bundle/ to dist/<path in src>
       return { contents: text.replaceAll('import.meta.url', `new URL(${JSON.stringify(copy)}, import.meta.url).href`), loader: 'ts' };

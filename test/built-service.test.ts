@@ -5,6 +5,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
 import { Client, credentials } from '@grpc/grpc-js';
 import { api, createProject } from './helpers.ts';
@@ -19,7 +20,7 @@ import { startServiceProcess, type ServiceProcess } from './service-process.ts';
  * and at SIGTERM the snapshot written by its worker thread; the start itself ran the LMDB walk's child process.
  */
 
-const ROOT = path.resolve(import.meta.dirname, '..');
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const UA = 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36';
 /** How long the startup line naming the metrics port is waited for after the HTTP and gRPC addresses. */
 const STARTUP_LINE_MS = 2_000;
