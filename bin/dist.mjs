@@ -49,8 +49,8 @@ export function distIsFresh() {
 }
 
 /**
- * How to run a file of src/ (e.g. 'main.ts') with node: its compiled copy when dist/ is current, else the source
- * through tsx. Either way the same code runs; only the start-up cost differs.
+ * How to run an entry of src/ ('main.ts' or 'cli/main.ts') with node: its bundle when dist/ is current, else the
+ * source through tsx. Either way the same code runs; only the start-up cost differs.
  */
 export function nodeArgsFor(srcFile) {
   return distIsFresh() ? [path.join(DIST, srcFile.replace(/\.ts$/, '.js'))] : ['--import', 'tsx', path.join(SRC, srcFile)];
