@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import { FingerprintSet } from '../src/core/fingerprint-set.ts';
+import { hash53 } from '../src/core/hash.ts';
 import { DEDUP_WINDOW_MS } from '../src/core/limits.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LogStore } from '../src/store/lmdb/log-store.ts';
@@ -78,4 +80,23 @@ test('an expiry pass resumed every 64 records keeps every id still in the window
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the fingerprint filter in front of LMDB knows every id added, through its growth, and rarely claims one it was not given', () => {
+  const set = new FingerprintSet();
+  const N = 300_000;
+  for (let i = 0; i < N; i++) set.add(hash53(`p\u0000id-${i}`));
+  set.add(hash53('p\u0000id-0')); // again: no second entry
+  // distinct fingerprints: ids sharing their low 32 bits count once (about N² / 2^33 of them, ~10 here)
+  assert.ok(set.size <= N && set.size > N - 100, `${set.size} distinct fingerprints`);
+  for (let i = 0; i < N; i++) assert.ok(set.has(hash53(`p\u0000id-${i}`)), `id-${i} added`);
+  let claimed = 0;
+  for (let i = 0; i < N; i++) if (set.has(hash53(`p\u0000other-${i}`))) claimed++;
+  // ~load / 2^(32 - log2(slots)) of lookups: about 0.01 % here; a claim costs an LMDB read, never an answer
+  assert.ok(claimed < N * 0.001, `${claimed} of ${N} never-added ids claimed`);
+  assert.ok(set.byteLength <= 4 * 2 ** 19, `${set.byteLength} bytes for ${N} ids`);
+  // a hash whose low 32 bits are 0 (the empty slot) is still kept
+  const zeroLow = 2 ** 32 * 5;
+  set.add(zeroLow);
+  assert.ok(set.has(zeroLow));
 });

@@ -103,7 +103,7 @@ export class LmdbBackend implements Backend {
         // the eventIds this fold applied are remembered on the heap until the store's expiry (the append wrote them)
         {
           fold(_seq, records) {
-            for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) ids.remember(r.p, r.eventId, r.rt);
+            for (const r of records) if (r.t === 'e' && r.eventId !== undefined && r.h !== 1) ids.remember(r.p, r.eventId);
           },
         },
         columns,

@@ -2,15 +2,16 @@ import * as lmdb from 'lmdb';
 import type { Database } from 'lmdb';
 import { hash53 } from '../../core/hash.ts';
 import { DEDUP_WINDOW_MS } from '../../core/limits.ts';
-import { NumberCounts } from '../../core/number-table.ts';
+import { FingerprintSet } from '../../core/fingerprint-set.ts';
 import type { LogRecord } from '../../core/types.ts';
 
 /**
  * The eventIds of the last 48 hours (the exactly-once promise), durable by construction: [project, eventId] ->
  * receive time goes into LMDB inside the log append's transaction of the events that carry them (writeWith), so they never
- * ride in a snapshot. In front of LMDB, an open-addressing table of hash53(project, eventId) -> receive second
- * (12 bytes a slot at ≤ 70 % load, ~17–34 bytes an id, nothing for the GC to trace) answers "never seen" without
- * touching LMDB; a hit is confirmed there, so a hash collision can never drop an event.
+ * ride in a snapshot. In front of LMDB, a set of 32-bit fingerprints of hash53(project, eventId) (4 bytes a slot at
+ * ≤ 70 % load, ~6–11 bytes an id, nothing for the GC to trace: 3M ids in 32 MiB) answers "never seen" without
+ * touching LMDB; a hit (a repeat, or a fingerprint shared by chance: ~0.1 % of lookups) is confirmed there, so a
+ * collision can never drop an event.
  */
 
 /**
@@ -49,7 +50,9 @@ interface StoredId {
 }
 
 export class RememberedIds {
-  private table = new NumberCounts();
+  private table = new FingerprintSet();
+  /** fingerprints remembered while an expiry pass runs: its new table lacks those behind where it read */
+  private addedDuringPass: number[] | undefined;
   /** false while the table is being filled from LMDB at startup: lookups then go to LMDB directly (~2.4 µs) */
   private ready = true;
   /** set by stop(): background passes end at their next slice */
@@ -127,7 +130,9 @@ export class RememberedIds {
       const sliceEnd = performance.now() + PASS_SLICE_MS;
       for (const { seq, id } of this.fromLog(since, after)) {
         after = seq;
-        if (id && this.table.get(hash53(`${id.p}\u0000${id.eventId}`)) < 0) missing.push(id);
+        // a fingerprint shared by chance could hide a missing id: after damage, a hit is confirmed in LMDB (ids are
+        // written in the log append's transaction, so without damage none is missing)
+        if (id && (!this.table.has(hash53(`${id.p}\u0000${id.eventId}`)) || (this.damagedCount > 0 && this.storedAt(id.p, id.eventId, now) === undefined))) missing.push(id);
         if (++n % CLOCK_EVERY === 0 && performance.now() > sliceEnd) {
           more = true;
           break;
@@ -139,7 +144,7 @@ export class RememberedIds {
         await this.db.transaction(() => {
           for (const m of missing) this.db.putSync([m.p, m.eventId], m.rt);
         });
-        for (const m of missing) this.remember(m.p, m.eventId, m.rt);
+        for (const m of missing) this.remember(m.p, m.eventId);
         rebuilt += missing.length;
       }
       if (!more || this.stopped) break;
@@ -234,9 +239,9 @@ export class RememberedIds {
 
   /** Fills the table from LMDB at once: only ids still inside the window at `now`. */
   load(now: number): number {
-    const table = new NumberCounts((this.db.getStats() as { entryCount: number }).entryCount);
+    const table = new FingerprintSet((this.db.getStats() as { entryCount: number }).entryCount);
     for (const { key, rt } of this.stored(undefined)) {
-      if (key && now - rt < DEDUP_WINDOW_MS) table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
+      if (key && now - rt < DEDUP_WINDOW_MS) table.add(hash53(`${key[0]}\u0000${key[1]}`));
     }
     this.table = table;
     return table.size;
@@ -252,8 +257,10 @@ export class RememberedIds {
   }
 
   /** Called once the events carrying these ids are committed (with the ids, in the same transaction). */
-  remember(projectId: string, eventId: string, rt: number): void {
-    this.table.set(hash53(`${projectId}\u0000${eventId}`), Math.floor(rt / 1000));
+  remember(projectId: string, eventId: string): void {
+    const h = hash53(`${projectId}\u0000${eventId}`);
+    this.table.add(h);
+    this.addedDuringPass?.push(h);
   }
 
   /** Was `eventId` stored for the project within the de-duplication window at `now`? */
@@ -262,8 +269,7 @@ export class RememberedIds {
       const rt = this.storedAt(projectId, eventId, now);
       return rt !== undefined && now - rt < DEDUP_WINDOW_MS;
     }
-    const seconds = this.table.get(hash53(`${projectId}\u0000${eventId}`));
-    if (seconds < 0 || now - seconds * 1000 >= DEDUP_WINDOW_MS + 1000) return false;
+    if (!this.table.has(hash53(`${projectId}\u0000${eventId}`))) return false;
     const rt = this.storedAt(projectId, eventId, now);
     return rt !== undefined && now - rt < DEDUP_WINDOW_MS;
   }
@@ -294,7 +300,8 @@ export class RememberedIds {
     let removed = 0;
     let damaged = 0;
     let start: IdKey | undefined;
-    const table = new NumberCounts();
+    const table = new FingerprintSet();
+    this.addedDuringPass = [];
     for (;;) {
       // expired ids go, and so do damaged records (they answer nothing; the log check puts their ids back)
       const expired: IdKey[] = [];
@@ -312,7 +319,7 @@ export class RememberedIds {
         last = stored as IdKey;
         if (problem || !key) damaged++;
         else if (now - rt >= DEDUP_WINDOW_MS) expired.push(key);
-        else table.set(hash53(`${key[0]}\u0000${key[1]}`), Math.floor(rt / 1000));
+        else table.add(hash53(`${key[0]}\u0000${key[1]}`));
       }
       if (expired.length > 0) {
         for (let g = this.gate(); g; g = this.gate()) await g;
@@ -331,11 +338,10 @@ export class RememberedIds {
     if ((removed > 0 || rebuild) && !this.stopped) {
       // Ids committed during the pass, behind where it read, are in LMDB but not in the new table: add what the old
       // table learned since the pass began.
-      this.table.forEachEntry((k, sec) => {
-        if (sec * 1000 >= now - 1000 && table.get(k) < 0) table.set(k, sec);
-      });
+      for (const h of this.addedDuringPass) table.add(h);
       this.table = table;
     }
+    this.addedDuringPass = undefined;
     return removed;
   }
 }
