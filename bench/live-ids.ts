@@ -12,7 +12,7 @@ import { wireEvents } from './state/generate-events.ts';
  * event carries an eventId (the exactly-once promise's heaviest case), measured from outside as a user runs the
  * service (`node dist/main.js`, snapshots every 2 s):
  * - N events over the last D days (nearly one visit per event), sent over HTTP in batches of 500, 4 at a time;
- * - anonymous RSS once the ingest has settled;
+ * - anonymous RSS once the ingest has settled (5 s), and after 40 s idle (the finished days asleep);
  * - then a light fixed load (single-event POSTs at a fixed rate, open loop, from a load child) while a ping child
  *   asks GET /health every 5 ms: /health's longest wait and POST p99 from the intended send time;
  * - then a restart: spawn to the first /health 200, and anonymous RSS after it settles.
@@ -36,6 +36,8 @@ const LIGHT_RATE = 200;
 const SNAPSHOT_MS = '2000';
 /** After the ingest or a restart, memory is read once the service has been idle this long. */
 const SETTLE_MS = 5_000;
+/** And again after this much idle time: the days the ingest finished have gone to sleep (two REST_EVERY_MS passes). */
+const IDLE_MS = 40_000;
 const DAY_MS = 86_400_000;
 
 const mib = (b: number) => Math.round(b / 2 ** 20);
@@ -99,6 +101,8 @@ try {
   const filled = await fill(svc, key);
   await new Promise((r) => setTimeout(r, SETTLE_MS));
   const afterFillMiB = mib(svc.anonBytes());
+  await new Promise((r) => setTimeout(r, IDLE_MS - SETTLE_MS));
+  const idleMiB = mib(svc.anonBytes());
   const spec: LoadSpec = {
     origin: svc.url, path: '/analytics', method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     bodies: wireEvents(200).map((e) => JSON.stringify(e)), connections: 16, durationMs: SECONDS * 1000, rate: LIGHT_RATE,
@@ -114,7 +118,7 @@ try {
   await new Promise((r) => setTimeout(r, SETTLE_MS));
   const afterRestartMiB = mib(svc.anonBytes());
   console.log(JSON.stringify({
-    events: EVENTS, days: DAYS, fill: filled, anonMiB: { afterFill: afterFillMiB, underLoad: underLoadMiB, afterRestart: afterRestartMiB },
+    events: EVENTS, days: DAYS, fill: filled, anonMiB: { afterFill: afterFillMiB, idle: idleMiB, underLoad: underLoadMiB, afterRestart: afterRestartMiB },
     light: { rate: LIGHT_RATE, ok: light.ok, p50: light.latency.p50, p99: light.latency.p99, max: light.latency.max },
     health: { longestMs: Math.round(ping.maxMs * 10) / 10, over50: ping.over50, pings: ping.pings }, restartMs,
   }));
