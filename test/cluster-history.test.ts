@@ -7,7 +7,7 @@ import { PartitionColumns } from '../src/cluster/cluster-columns.ts';
 import { PartitionHistoryIds } from '../src/store/lmdb/partition-history-ids.ts';
 import { api, createProject } from './helpers.ts';
 import { waitForValue } from './nats-cluster.ts';
-import { ownerNodes, type OwnerNode } from './owner-nodes.ts';
+import { ownerNodes, settledOwner, type OwnerNode } from './owner-nodes.ts';
 
 /**
  * History in cluster mode (POST /projects/{id}/history, GET /projects/{id}/export) on two owner-mode nodes over a real
@@ -98,13 +98,6 @@ describe('history in cluster mode', () => {
     }
     let want = await figures(single.url, ps.keys.secret);
     assert.equal((want[0] as { pageviews: number }).pageviews, 34, 'the single node counted what was sent');
-    await waitForValue('the project on b', async () => ((await api(b.url, `/metrics?date=${DAYS[0]}`, { key: pc.keys.secret })).status === 200 ? true : undefined), 5_000);
-    assert.deepEqual(await figures(b.url, pc.keys.secret), want, 'read on the other node');
-    assert.deepEqual(await figures(a.url, pc.keys.secret), want, 'read on the importing node');
-    const realtime = await api(b.url, '/metrics/realtime', { key: pc.keys.secret });
-    assert.equal(realtime.status, 200);
-    assert.deepEqual([realtime.body.visitors, realtime.body.pageviews], [0, 0], 'history is never in realtime');
-
     const n = a.backend.partitionOfProject(pid);
     // the pre-check knows history ids where a node folds the partition and has caught up with its stream
     const folders = () =>
@@ -112,6 +105,19 @@ describe('history in cluster mode', () => {
         const part = (x.backend as unknown as { parts: Array<{ active: boolean; caughtUp: boolean }> }).parts[n]!;
         return part.active && part.caughtUp;
       });
+    // Reads once the partition is on its preferred owner over both nodes, caught up: until then the nodes settle it
+    // (a read can fall between one's release and the other's claim, or on a fold just begun: a 503, retry later).
+    const owner = await waitForValue(`the preferred owner of partition ${n} serving it, caught up`, () => {
+      const o = settledOwner([a, b], n);
+      return o && folders().includes(o) ? o : undefined;
+    }, MOVE_DEADLINE_MS);
+    await waitForValue('the project on b', async () => ((await api(b.url, `/metrics?date=${DAYS[0]}`, { key: pc.keys.secret })).status === 200 ? true : undefined), 5_000);
+    assert.deepEqual(await figures(b.url, pc.keys.secret), want, 'read on the other node');
+    assert.deepEqual(await figures(a.url, pc.keys.secret), want, 'read on the importing node');
+    const realtime = await api(b.url, '/metrics/realtime', { key: pc.keys.secret });
+    assert.equal(realtime.status, 200);
+    assert.deepEqual([realtime.body.visitors, realtime.body.pageviews], [0, 0], 'history is never in realtime');
+
     // The same batch again through b; and three days later (past the 48 h rule) through a: nothing counts twice.
     for (const via of [b, a]) {
       const r = await api(via.url, `/projects/${pid}/history`, { key: pc.keys.secret, body: batches[0] });
@@ -137,7 +143,6 @@ describe('history in cluster mode', () => {
     // The partition's owner restarts without its table of history ids; the other node folds the partition meanwhile
     // (from the stream's start: its columns are new). Back, the owner's fold starts from a snapshot at or below its
     // columns' marker, and its table is rebuilt from the stream up to that snapshot.
-    const owner = folders()[0]!;
     const other = owner === a ? b : a;
     await owner.backend.snapshotNow();
     await owner.backend.snapshotNow(); // the first may join one in flight

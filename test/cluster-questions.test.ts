@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { api, createProject } from './helpers.ts';
 import { comparable, waitForValue } from './nats-cluster.ts';
-import { ownerNodes, type OwnerNode } from './owner-nodes.ts';
+import { ownerNodes, preferredBy, settledOwner, type OwnerNode } from './owner-nodes.ts';
 
 /**
  * Questions in cluster mode (ANALYTICS_FOLD=owner): POST /query and /query/funnel asked on a node that does not own the
@@ -104,10 +104,9 @@ describe('questions in cluster mode', () => {
       assert.equal((await api(single.url, '/analytics', { key: ps.keys.secret, body: batch })).status, 200);
     }
     const n = a.backend.partitionOfProject(pc.project.id);
-    // The partition settles on its preferred owner (rendezvous hashing), which takes it back after a restart.
-    const preferred = (x: Node) => (x.backend as unknown as { ownership: { preferred(n: number): string | undefined } }).ownership.preferred(n);
-    const ownerOf = () => [a, b].find((x) => x.backend.serving().includes(n) && preferred(a) === x.id && preferred(b) === x.id);
-    const owner = await waitForValue(`the preferred owner serving partition ${n}`, ownerOf, MOVE_DEADLINE_MS);
+    // The partition settles on its preferred owner over both nodes (rendezvous hashing), which takes it back after a
+    // restart; not on a node both prefer while one of them has settled only that node so far (settledOwner).
+    const owner = await waitForValue(`the preferred owner serving partition ${n}`, () => settledOwner([a, b], n), MOVE_DEADLINE_MS);
     const other = owner === a ? b : a;
     // The repeats through the node that does not fold the partition: its pre-check cannot refuse them, so they are
     // in the stream, and the fold (applyOnce) must keep them out of the columns.
@@ -138,7 +137,7 @@ describe('questions in cluster mode', () => {
     const restarted = await startNode(owner.id, tag, key, owner.dataDir);
     if (owner === a) a = restarted;
     await waitForValue(`${restarted.id} serving partition ${n} again`, () => (restarted.backend.serving().includes(n) ? true : undefined), MOVE_DEADLINE_MS).catch((err: Error) => {
-      const views = [restarted, other].map((x) => `${x.id} prefers ${JSON.stringify([0, 1, 2, 3].map((k) => (x.backend as unknown as { ownership: { preferred(n: number): string | undefined } }).ownership.preferred(k)))} and serves ${JSON.stringify(x.backend.serving())}`);
+      const views = [restarted, other].map((x) => `${x.id} prefers ${JSON.stringify([0, 1, 2, 3].map((k) => preferredBy(x, k)))} and serves ${JSON.stringify(x.backend.serving())}`);
       throw new Error(`${err.message}; ${views.join('; ')}; ${restarted.id} said: ${restarted.logs.join(' | ')}; ${other.id} said: ${other.logs.slice(-20).join(' | ')}`);
     });
     assert.deepEqual(await answers(other.url, pc.keys.secret), expected2, `forwarded to the restarted owner (its log: ${restarted.logs.filter((l) => l.includes('columns')).join(' | ')})`);

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { after, before } from 'node:test';
 import type { ClusterBackend } from '../src/cluster/cluster-backend.ts';
 import { loadConfig } from '../src/config.ts';
+import { preferredOwner } from '../src/core/hrw.ts';
 import { startService, type RunningService } from '../src/service.ts';
 import { clusterNodeEnv, startNatsCluster, type NatsCluster } from './nats-cluster.ts';
 
@@ -15,6 +16,24 @@ export interface OwnerNode {
   backend: ClusterBackend;
   logs: string[];
   dataDir: string;
+}
+
+/** The preferred owner of partition n as `node` last decided it (undefined while it has settled no member). */
+export function preferredBy(node: OwnerNode, n: number): string | undefined {
+  return (node.backend as unknown as { ownership: { preferred(n: number): string | undefined } }).ownership.preferred(n);
+}
+
+/**
+ * The node that owns partition n for good among `nodes`: the preferred owner over all their ids (rendezvous hashing),
+ * serving n, with every node preferring it; undefined until then. A node serving n while every node prefers it is not
+ * enough: each node settles a member SETTLE_MS after it first saw it, so just after a start every node can prefer, for
+ * a moment, the owner among the members settled so far (the first node alone), which then hands n over.
+ */
+export function settledOwner(nodes: readonly OwnerNode[], n: number): OwnerNode | undefined {
+  const want = preferredOwner(n, nodes.map((x) => x.id));
+  const owner = nodes.find((x) => x.id === want);
+  if (!owner?.backend.serving().includes(n) || !nodes.every((x) => preferredBy(x, n) === want)) return undefined;
+  return owner;
 }
 
 /**
