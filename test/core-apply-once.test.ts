@@ -96,7 +96,11 @@ function inKeyOrder(day: unknown): unknown {
     }
     return out;
   };
-  return { ...d, sessions: sorted(d.sessions, ['values']), users: sorted(d.users, ['values']), visits: sorted(d.visits, ['visitors', 'firsts']) };
+  if (d.visitPageviews) {
+    const { visitPageviews, ...rest } = d;
+    return { ...rest, visits: sorted({ ...d.visits, pageviews: visitPageviews }, ['visitors', 'firsts', 'pageviews']) };
+  }
+  return { ...d, sessions: sorted(d.sessions!, ['values']), users: sorted(d.users!, ['values']), visits: sorted(d.visits, ['visitors', 'firsts']) };
 }
 
 function answers(state: AnalyticsState) {

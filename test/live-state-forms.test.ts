@@ -11,7 +11,7 @@ import { OTHER_KEY } from '../src/core/limits.ts';
 import { metrics } from '../src/core/metrics.ts';
 import { NumberCounts, NumberSet } from '../src/core/number-table.ts';
 import { RecentRing, type RingEntry } from '../src/core/recent-ring.ts';
-import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type SnapshotData } from '../src/core/snapshot.ts';
+import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type DaySnapshot, type SnapshotData } from '../src/core/snapshot.ts';
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { Snapshotter } from '../src/engine/snapshotter.ts';
@@ -350,8 +350,9 @@ describe('older snapshots', () => {
    * A file in the previous layout (MAGIC ASNAP002, the ring as a flat array in the project frame) still reads; one of
    * a version before visits were kept (3, 4) is refused by fromSnapshot, so startup replays the log (recovery.ts).
    */
-  for (const version of [SNAPSHOT_VERSION, 3]) {
-    test(`a snapshot file of the previous layout, version ${version}: ${version === 3 ? 'read, then refused (the log is replayed)' : 'restores'}`, () => {
+  for (const version of [SNAPSHOT_VERSION, 5, 3]) {
+    const what = version === 3 ? 'read, then refused (the log is replayed)' : version === 5 ? 'restores (days with their sessions and visitors tables), and the fold goes on from it' : 'restores';
+    test(`a snapshot file of the previous layout, version ${version}: ${what}`, () => {
       const events = fc.sample(eventArb, { numRuns: 300, seed: 11 });
       const state = fold(events);
       const data = toSnapshot(state);
@@ -360,7 +361,15 @@ describe('older snapshots', () => {
         const ring = state.project(p.id).recent.oldestFirst();
         const flat = ring.flatMap((e) => [e.day, e.ts, e.event, e.url, e.referrer, e.source, e.country, e.device, e.sessionId]);
         frames.push(serialize({ id: p.id, monthly: p.monthly, realtime: p.realtime, recent: serialize(flat), days: p.days.length }));
-        for (const d of p.days) frames.push(serialize(d));
+        for (const d of p.days) {
+          if (version !== 5) frames.push(serialize(d));
+          else {
+            // version 5 wrote a day's sessions and visitors' visit counts as tables beside its visits
+            const { visitPageviews: _, ...rest } = d as DaySnapshot;
+            const live = state.project(p.id).days.get((d as DaySnapshot).day)!;
+            frames.push(serialize({ ...rest, sessions: live.sessions.raw(), users: live.users.raw() }));
+          }
+        }
       }
       const dir = mkdtempSync(path.join(tmpdir(), 'old-snapshot-'));
       try {
@@ -383,6 +392,15 @@ describe('older snapshots', () => {
         const restored = fromSnapshot(loaded);
         for (const [from, to] of RANGES) {
           assert.deepEqual(metrics(restored, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }), metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+        }
+        if (version === 5) {
+          // more events on both sides: the days woken from the old form count on as the ones that never slept
+          const more = fc.sample(eventArb, { numRuns: 200, seed: 12 });
+          fold(more, restored, 0, more.length);
+          fold(more, state, 0, more.length);
+          for (const [from, to] of RANGES) {
+            assert.deepEqual(metrics(restored, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }), metrics(state, 'p_a', 'UTC', from, to, { trackedProps: TRACKED }));
+          }
         }
       } finally {
         rmSync(dir, { recursive: true, force: true });

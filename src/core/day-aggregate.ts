@@ -253,9 +253,18 @@ class DayState {
     d.bounces = ds.bounces;
     d.sessionsWithPageview = ds.sessionsWithPageview;
     d.bots = ds.bots;
-    d.sessions = NumberCounts.fromRaw(ds.sessions);
     d.visits = VisitTable.fromRaw(ds.visits);
-    d.users = NumberCounts.fromRaw(ds.users);
+    if (ds.visitPageviews) {
+      // the compact form: sessions are the visits' keys with their page views; visitors' visits are counted
+      const v = ds.visits;
+      if (ds.visitPageviews.length !== v.keys.length) throw new Error('a day whose page views do not match its visits');
+      d.sessions = NumberCounts.fromRaw({ keys: v.keys, values: ds.visitPageviews, hasZero: false, zeroValue: 0, size: v.keys.length });
+      d.users = countVisitors(v.visitors);
+    } else {
+      if (!ds.sessions || !ds.users) throw new Error('a day without its sessions');
+      d.sessions = NumberCounts.fromRaw(ds.sessions);
+      d.users = NumberCounts.fromRaw(ds.users);
+    }
     if (ds.userCount !== undefined) d.userCount = ds.userCount;
     else {
       d.users.forEachEntry((_, n) => {
@@ -316,6 +325,17 @@ class DayState {
     this.forEachUser((u) => (out[i++] = u));
     return out;
   }
+}
+
+/** visitor -> visits, from each visit's visitor (a snapshot's compact form). */
+function countVisitors(visitors: Float64Array): NumberCounts {
+  const users = new NumberCounts(visitors.length);
+  for (let i = 0; i < visitors.length; i++) {
+    const v = visitors[i]!;
+    const n = users.get(v);
+    users.set(v, n < 0 ? 1 : n + 1);
+  }
+  return users;
 }
 
 /** A live day as a snapshot stored it, not decoded yet: its name and sequences, its bytes and how to decode them. */

@@ -70,20 +70,33 @@ export function sealDay(d: DayAggregate): SealedDay {
  * with, and what it seals as. Equal to sealDay of the day the snapshot describes (hashes in the snapshot's order).
  */
 export function sealedFromSnapshot(ds: DaySnapshot): SealedDay {
-  const users = ds.users;
-  // entries only (keys.length === size: the key 0 among them) or a table with its slots (0 = empty, hasZero aside)
-  const listForm = users.keys.length === users.size;
+  const exactWanted = ds.userCount === undefined || ds.userCount <= EXACT_USERS_PER_DAY || ds.sketch?.length !== 1 << HLL_PRECISION;
   const hashes: number[] = [];
   let count = 0;
-  const exactWanted = ds.userCount === undefined || ds.userCount <= EXACT_USERS_PER_DAY || ds.sketch?.length !== 1 << HLL_PRECISION;
-  if (!listForm && users.hasZero && users.zeroValue > 0) {
-    count++;
-    if (exactWanted) hashes.push(0);
-  }
-  for (let j = 0; j < users.keys.length; j++) {
-    if ((!listForm && users.keys[j] === 0) || users.values[j]! <= 0) continue;
-    count++;
-    if (exactWanted) hashes.push(users.keys[j]!);
+  if (ds.visitPageviews) {
+    // the compact form: the day's visitors are its visits' visitors (each counted once)
+    const distinct = new NumberSet();
+    const visitors = ds.visits.visitors;
+    for (let i = 0; i < visitors.length; i++) {
+      const v = visitors[i]!;
+      if (distinct.has(v)) continue;
+      distinct.add(v);
+      count++;
+      if (exactWanted) hashes.push(v);
+    }
+  } else {
+    const users = ds.users!;
+    // entries only (keys.length === size: the key 0 among them) or a table with its slots (0 = empty, hasZero aside)
+    const listForm = users.keys.length === users.size;
+    if (!listForm && users.hasZero && users.zeroValue > 0) {
+      count++;
+      if (exactWanted) hashes.push(0);
+    }
+    for (let j = 0; j < users.keys.length; j++) {
+      if ((!listForm && users.keys[j] === 0) || users.values[j]! <= 0) continue;
+      count++;
+      if (exactWanted) hashes.push(users.keys[j]!);
+    }
   }
   const userCount = ds.userCount ?? count;
   const out: SealedDay = {
@@ -91,7 +104,7 @@ export function sealedFromSnapshot(ds: DaySnapshot): SealedDay {
     date: ds.day,
     firstSeq: ds.firstSeq,
     lastSeq: ds.lastSeq,
-    figures: { date: ds.day, users: userCount, sessions: ds.sessions.size, pageviews: ds.pageviews, bounces: ds.bounces, sessionsWithPageview: ds.sessionsWithPageview, bots: ds.bots },
+    figures: { date: ds.day, users: userCount, sessions: ds.visits.size, pageviews: ds.pageviews, bounces: ds.bounces, sessionsWithPageview: ds.sessionsWithPageview, bots: ds.bots },
     breakdowns: ds.breakdowns,
   };
   if (userCount <= EXACT_USERS_PER_DAY) out.userHashes = Float64Array.from(hashes);

@@ -19,10 +19,11 @@ import { AnalyticsState, nextRealtimePrune } from './state.ts';
  * 3: the framed live-state format with the insight breakdowns and realtime minutes. 4: rings as
  * columns and a string table (PackedRing), small live days in their compact form. 5: each live day's visits (visitor and
  * first event time) and its visitors' visit counts, so a visit counts for the visitor of its earliest event. Older
- * files hold no visits, so they do not load: startup replays the log instead (recovery.ts).
+ * files hold no visits, so they do not load: startup replays the log instead (recovery.ts). 6: a day's sessions and
+ * visitors are rebuilt from its visits (DaySnapshot.visitPageviews); version 5 files, with both tables, still load.
  */
-export const SNAPSHOT_VERSION = 5;
-const LOADABLE_VERSIONS: readonly number[] = [5];
+export const SNAPSHOT_VERSION = 6;
+const LOADABLE_VERSIONS: readonly number[] = [5, 6];
 
 type Pairs = [string, number][];
 
@@ -81,6 +82,7 @@ export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
   if (stored) return new Uint8Array(stored); // a copy of its own (Buffer#slice is a view): the writer may take it
   const breakdowns: Record<string, Pairs> = {};
   for (const [name, c] of d.breakdowns()) if (c.size > 0) breakdowns[name] = c.pairs();
+  const visits = d.visits.raw();
   return {
     day: d.day,
     firstSeq: d.firstSeq,
@@ -89,13 +91,20 @@ export function daySnapshot(d: DayAggregate): DaySnapshot | Uint8Array {
     bounces: d.bounces,
     sessionsWithPageview: d.sessionsWithPageview,
     bots: d.bots,
-    sessions: d.sessions.raw(),
-    users: d.users.raw(),
-    visits: d.visits.raw(),
+    visits,
+    visitPageviews: visitPageviews(d, visits),
     breakdowns,
     userCount: d.userCount,
     ...d.heldSketch(),
   };
+}
+
+/** Each visit's page views, in the order of `visits` (its sessions table has exactly the visits' keys). */
+function visitPageviews(d: DayAggregate, visits: { keys: Float64Array }): Uint32Array {
+  const out = new Uint32Array(visits.keys.length);
+  const sessions = d.sessions;
+  for (let i = 0; i < out.length; i++) out[i] = Math.max(0, sessions.get(visits.keys[i]!));
+  return out;
 }
 
 export function toSnapshot(

@@ -76,8 +76,9 @@ export class SnapshotFiles {
         if (d instanceof Uint8Array) own(d);
         else if ('key' in d) {
           if (d.bytes) own(d.bytes);
-        } else if ('sessions' in d) {
-          for (const t of [d.sessions.keys, d.sessions.values, d.users.keys, d.users.values, d.visits.keys, d.visits.visitors, d.visits.firsts]) transfer.push(t.buffer as ArrayBuffer);
+        } else if ('visits' in d) {
+          const arrays = [d.visits.keys, d.visits.visitors, d.visits.firsts, d.visitPageviews, d.sessions?.keys, d.sessions?.values, d.users?.keys, d.users?.values];
+          for (const t of arrays) if (t) transfer.push(t.buffer as ArrayBuffer);
         }
       }
     }
