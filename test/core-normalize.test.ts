@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { sortedBreakdown } from '../src/core/capped-counter.ts';
-import { isValidDate } from '../src/core/dates.ts';
+import { isValidDate, utcMidnight } from '../src/core/dates.ts';
 import { EventSchema, parseEvent } from '../src/core/event-schema.ts';
 import { urlPath } from '../src/core/normalize.ts';
 
@@ -39,10 +39,13 @@ test('a calendar date is real exactly when Date reads it back unchanged (every d
       for (const d of [0, 1, 27, 28, 29, 30, 31, 32]) {
         const s = `${pad(y, 4)}-${pad(m, 2)}-${pad(d, 2)}`;
         assert.equal(isValidDate(s), byDate(s), s);
+        assert.equal(utcMidnight(s), Date.parse(`${s}T00:00:00Z`), `utcMidnight ${s}`);
       }
     }
   }
   assert.equal(isValidDate('2026-1-01'), false);
+  for (const s of ['2026-1-01', '0x1f-01-01', '2026-11-3a', '', '2026-11-300']) assert.deepEqual(utcMidnight(s), Date.parse(`${s}T00:00:00Z`), s);
+  for (let t = Date.UTC(1999, 11, 20); t < Date.UTC(2031, 0, 10); t += 86_400_000) assert.equal(utcMidnight(new Date(t).toISOString().slice(0, 10)), t);
 });
 
 test('the fast path takes exactly the timestamps the schema takes (ms or ISO-8601 with a real date)', () => {

@@ -63,8 +63,33 @@ function daysInMonth(y: number, month: number): number {
   return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
 }
 
-/** The instant a 'YYYY-MM-DD' day begins in UTC. */
+/** Days from 1970-01-01 to the given proleptic Gregorian date (the civil-from-days inverse; any year). */
+function daysFromCivil(y: number, m: number, d: number): number {
+  const yy = m <= 2 ? y - 1 : y;
+  const era = Math.floor(yy / 400);
+  const yoe = yy - era * 400;
+  const doy = Math.floor((153 * (m + (m > 2 ? -3 : 9)) + 2) / 5) + d - 1;
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146_097 + doe - 719_468;
+}
+
+const isDigit = (c: number) => c >= 48 && c <= 57;
+
+/**
+ * The instant a 'YYYY-MM-DD' day begins in UTC: by arithmetic for a real date (Date.parse cost ~0.4 µs, and sealing
+ * checks every live day: 49,000 of them at a 5,000-site start), by Date.parse otherwise (NaN for what is no date).
+ */
 export function utcMidnight(day: string): number {
+  if (day.length === 10 && day.charCodeAt(4) === 45 && day.charCodeAt(7) === 45) {
+    let digits = true;
+    for (const i of [0, 1, 2, 3, 5, 6, 8, 9]) digits &&= isDigit(day.charCodeAt(i));
+    if (digits) {
+      const y = Number(day.slice(0, 4));
+      const m = Number(day.slice(5, 7));
+      const d = Number(day.slice(8, 10));
+      if (m >= 1 && m <= 12 && d >= 1 && d <= daysInMonth(y, m)) return daysFromCivil(y, m, d) * DAY_MS;
+    }
+  }
   return Date.parse(`${day}T00:00:00Z`);
 }
 

@@ -80,7 +80,7 @@ export class LmdbBackend implements Backend {
     this.questions = columns;
     this.catalog = new LmdbCatalog(store);
     // State of a project deleted before its erasure finished (a crash): drop it, and every snapshot still holding it.
-    const known = new Set(store.listProjects().map((p) => p.id));
+    const known = new Set(store.projectIds());
     for (const id of [...state.projects.keys()]) {
       if (!known.has(id)) {
         state.projects.delete(id);

@@ -244,8 +244,21 @@ class FrameReader {
   private hash: Hash | undefined;
   private hashed = 0;
 
-  constructor(private readonly fd: number) {
+  /** `keepChunks`: never reuse a buffer, so a view (view()) stays valid after later reads */
+  constructor(
+    private readonly fd: number,
+    private readonly keepChunks = false,
+  ) {
     this.size = fstatSync(fd).size;
+  }
+
+  /**
+   * The file's bytes [from, to) as a view of the buffer that holds them, when one buffer holds them all (keepChunks:
+   * views stay valid), else undefined.
+   */
+  view(from: number, to: number): Uint8Array | undefined {
+    if (!this.keepChunks || from < this.base || to > this.base + this.end) return undefined;
+    return this.buf.subarray(from - this.base, to - this.base);
   }
 
   /** The file offset of the next byte read. */
@@ -292,7 +305,8 @@ class FrameReader {
     this.feed(); // bytes about to leave the buffer
     const kept = this.end - this.start;
     const size = Math.max(READ_CHUNK, n);
-    const next = size > this.buf.length ? Buffer.allocUnsafe(size) : this.buf;
+    // keepChunks: a new buffer each time, so views of the one before stay as they are (see view)
+    const next = size > this.buf.length || this.keepChunks ? Buffer.allocUnsafe(size) : this.buf;
     this.buf.copy(next, 0, this.start, this.end);
     this.buf = next;
     this.base += this.start;
@@ -314,7 +328,7 @@ class FrameReader {
 export function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
   try {
-    const r = new FrameReader(fd);
+    const r = new FrameReader(fd, lazy);
     const magic = r.read(MAGIC.length);
     if (magic.equals(MAGIC_V2)) return readV2(r);
     if (!magic.equals(MAGIC)) throw new Error('bad header');
@@ -332,15 +346,16 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
         projects.push({ ...p, recent, days });
         continue;
       }
-      // The ring and day frames are consecutive: note where each body is, then read them all again into one buffer
-      // of the project's own (a pooled Buffer would keep an 8 KB slab alive per small project).
+      // The ring and day frames are consecutive: note where each body is, then keep them as one view of the reader's
+      // chunk (the chunk, ~4 MiB shared by hundreds of small projects, lives while any of them sleeps), or, for a
+      // project that crosses into the next chunk, read them again into a buffer of its own.
       const from = r.position;
       const spans: Array<[number, number]> = [];
       for (let d = 0; d <= count; d++) {
         const body = nextFrame(r);
         spans.push([r.position - body.length - from, body.length]);
       }
-      const all = readRange(fd, from, r.position - from);
+      const all = r.view(from, r.position) ?? readRange(fd, from, r.position - from);
       const part = ([at, length]: [number, number]) => all.subarray(at, at + length);
       const ringBytes = part(spans[0]!);
       const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {

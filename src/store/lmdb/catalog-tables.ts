@@ -20,6 +20,11 @@ export class CatalogTables {
     return [...this.env.projects.getRange()].map((e) => e.value);
   }
 
+  /** Every project's id, without decoding the records (5,000 records took ~90 ms to decode at startup). */
+  projectIds(): string[] {
+    return [...this.env.projects.getKeys()] as string[];
+  }
+
   getKey(hash: string): KeyRecord | undefined {
     if (this.env.swapKeys) return this.env.swapKeys.get(hash);
     return this.env.keys.get(hash);

@@ -208,6 +208,10 @@ export class LogStore {
     return this.catalog.listProjects();
   }
 
+  projectIds(): string[] {
+    return this.catalog.projectIds();
+  }
+
   /** Stores a project and its key hashes in one transaction. */
   putProject(project: ProjectRecord, keyHashes: Array<[string, KeyRecord]>): Promise<void> {
     return this.catalog.putProject(project, keyHashes);
