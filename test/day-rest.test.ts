@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
+import { rng as random } from '../bench/lib/seeded-random.ts';
 import type { DayAggregate } from '../src/core/day-aggregate.ts';
 import { OLDER_IDLE_PASSES, RECENT_IDLE_PASSES, RestWatch } from '../src/core/day-rest.ts';
 import { EXACT_USERS_PER_DAY } from '../src/core/limits.ts';
@@ -26,17 +27,6 @@ const SMALL_DAYS = ['2026-11-10', '2026-11-11', '2026-11-12'];
 const BIG_DAY = '2026-11-13';
 const RT = Date.parse('2026-11-21T10:00:00Z');
 const TRACKED = ['plan'];
-
-/** A seeded generator (mulberry32): the same events on every run. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function event(day: string, session: string, user: string, minute: number, i: number, rnd: () => number): StoredEvent {
   const pick = <T>(xs: readonly T[]) => xs[Math.floor(rnd() * xs.length)]!;
