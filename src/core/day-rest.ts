@@ -10,9 +10,9 @@ import type { AnalyticsState } from './state.ts';
  */
 
 /** Passes a day of the clock's two newest dates must see it unchanged before it sleeps (~5 min at REST_EVERY_MS). */
-export const RECENT_IDLE_PASSES = 20;
-/** Passes an older day must see it unchanged: one whole interval without a write. */
-export const OLDER_IDLE_PASSES = 1;
+export const RECENT_IDLE_PASSES = 60;
+/** Passes an older day must see it unchanged: two whole intervals without a write (10–15 s at REST_EVERY_MS). */
+export const OLDER_IDLE_PASSES = 2;
 /** Dates this close to the clock's (UTC) date are recent: today and yesterday in any time zone. */
 const RECENT_DATES = 2;
 
