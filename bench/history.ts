@@ -4,7 +4,7 @@ import { createWriteStream, mkdtempSync, readFileSync, rmSync, statSync, writeFi
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { nodeArgsFor } from '../bin/dist.mjs';
+import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
 import { REPO_ROOT } from './lib/child.ts';
 
 /**
@@ -108,7 +108,7 @@ async function main(): Promise<void> {
   const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   const service = spawn(process.execPath, [...profile, ...nodeArgsFor('main.ts')], {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1' },
+    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1' },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   try {
