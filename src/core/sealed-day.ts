@@ -73,7 +73,9 @@ export function sealedFromSnapshot(ds: DaySnapshot): SealedDay {
   const exactWanted = ds.userCount === undefined || ds.userCount <= EXACT_USERS_PER_DAY || ds.sketch?.length !== 1 << HLL_PRECISION;
   const hashes: number[] = [];
   let count = 0;
-  if (ds.visitPageviews) {
+  // Visitors are walked only when their count or hashes are wanted: a large day with its count and sketch held needs
+  // neither (30 such days of 137,000 visits took ~0.3 s to walk on a first read).
+  if (exactWanted && ds.visitPageviews) {
     // the compact form: the day's visitors are its visits' visitors (each counted once)
     const distinct = new NumberSet();
     const visitors = ds.visits.visitors;
@@ -82,20 +84,20 @@ export function sealedFromSnapshot(ds: DaySnapshot): SealedDay {
       if (distinct.has(v)) continue;
       distinct.add(v);
       count++;
-      if (exactWanted) hashes.push(v);
+      hashes.push(v);
     }
-  } else {
+  } else if (exactWanted) {
     const users = ds.users!;
     // entries only (keys.length === size: the key 0 among them) or a table with its slots (0 = empty, hasZero aside)
     const listForm = users.keys.length === users.size;
     if (!listForm && users.hasZero && users.zeroValue > 0) {
       count++;
-      if (exactWanted) hashes.push(0);
+      hashes.push(0);
     }
     for (let j = 0; j < users.keys.length; j++) {
       if ((!listForm && users.keys[j] === 0) || users.values[j]! <= 0) continue;
       count++;
-      if (exactWanted) hashes.push(users.keys[j]!);
+      hashes.push(users.keys[j]!);
     }
   }
   const userCount = ds.userCount ?? count;
