@@ -1,3 +1,4 @@
+// long because one file measures the cluster end to end: NATS servers, nodes, load, failover and their report.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';

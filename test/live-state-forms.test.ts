@@ -1,3 +1,4 @@
+// long because the compact live forms, sleeping restores and older snapshot layouts share one event generator and fold.
 import assert from 'node:assert/strict';
 import { closeSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';

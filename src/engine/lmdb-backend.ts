@@ -1,3 +1,4 @@
+// long because the single node's backend wires one fold to the LMDB log, snapshots, sealing, columns, remembered ids, erasure and the timers that drive them.
 import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Config } from '../config.ts';
