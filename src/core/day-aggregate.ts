@@ -440,8 +440,9 @@ export class DayAggregate implements RangePart {
     return (this.asleepForm = { form, part: new SealedPart(form) });
   }
 
+  /** A day's figures while it has no state: those of its sealed form (or of a new, empty day). */
   private asleepFigures(): DayFigures {
-    return this.stored ? this.asleepRead().form.figures : this.s.figures()[0]!;
+    return this.r.figures()[0]!;
   }
 
   private wake(): DayState {

@@ -3,17 +3,9 @@
  * filter in front of a store that holds the exact keys. `has` is never wrong about a value added (no false negatives);
  * it may say yes for one never added (two values sharing their low 32 bits: with a table of 2^k slots, about n / 2^32
  * of lookups), so a yes must be confirmed where the keys are. A third of a hash53 -> Uint32 table (12 bytes a slot).
+ * Sized and grown as the tables of number-table.ts are.
  */
-
-/** Grow at this load: linear probing stays short (≤ ~2 probes for a hit). */
-const MAX_LOAD = 0.7;
-const MIN_CAPACITY = 16;
-
-function capacityFor(n: number): number {
-  let c = MIN_CAPACITY;
-  while (c * MAX_LOAD < n) c *= 2;
-  return c;
-}
+import { capacityFor, MAX_LOAD } from './number-table.ts';
 
 /** The fingerprint of a hash53: its low 32 bits, with 0 (the empty slot) moved to 1. */
 function fingerprint(h: number): number {

@@ -9,7 +9,7 @@
  */
 
 /** Grow past this load: linear probing averages < 2.2 probes per miss below it. */
-const MAX_LOAD = 0.7;
+export const MAX_LOAD = 0.7;
 const MIN_CAPACITY = 16;
 /**
  * A table of at most this many keys is a plain array scanned linearly (a small day's sessions and users): its three
@@ -17,7 +17,8 @@ const MIN_CAPACITY = 16;
  */
 const SMALL_TABLE = 32;
 
-function capacityFor(n: number): number {
+/** The power-of-two capacity that holds `n` keys at MAX_LOAD at most (the fingerprint set sizes itself the same way). */
+export function capacityFor(n: number): number {
   let c = MIN_CAPACITY;
   while (c * MAX_LOAD < n) c *= 2;
   return c;
