@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -12,6 +12,8 @@ import path from 'node:path';
 
 /** Servers are up when /healthz says JetStream is enabled and a meta leader exists; ~0.6 s on 2 cores. */
 const READY_DEADLINE_MS = 30_000;
+/** Lines of a server's log quoted when it does not come up. */
+const LOG_TAIL_LINES = 20;
 
 export interface NatsServerInfo {
   name: string;
@@ -37,15 +39,27 @@ export interface NatsCluster {
   stop(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * Ports for the servers come from below the kernel's ephemeral range (32768–60999 by default): a server killed in a
+ * test must get its port back on restart, and a port from the ephemeral range can meanwhile be taken by any outgoing
+ * connection or any `listen(0)` of a parallel test file (a restart then exits at once with "address already in use").
+ */
+const PORT_LOW = 20_000;
+const PORT_HIGH = 32_000;
+
+async function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
+}
+
+async function freePort(): Promise<number> {
+  for (;;) {
+    const port = PORT_LOW + Math.floor(Math.random() * (PORT_HIGH - PORT_LOW));
+    if (await canBind(port)) return port;
+  }
 }
 
 async function httpJson(port: number, pathAndQuery: string): Promise<{ status: number; body: unknown }> {
@@ -113,8 +127,16 @@ async function startNatsClusterOnce(): Promise<NatsCluster> {
       if (s.proc === proc) s.proc = undefined;
     });
   };
+  const logTail = (s: NatsServerInfo) => {
+    try {
+      return readFileSync(path.join(dir, `${s.name}.log`), 'utf8').split('\n').slice(-LOG_TAIL_LINES).join('\n');
+    } catch {
+      return '(no log)';
+    }
+  };
   const waitReady = async (i: number) => {
     const s = servers[i]!;
+    const proc = s.proc; // this start's process: s.proc is cleared when it exits
     const deadline = Date.now() + READY_DEADLINE_MS;
     for (;;) {
       try {
@@ -125,8 +147,8 @@ async function startNatsClusterOnce(): Promise<NatsCluster> {
       } catch {
         /* not up yet */
       }
-      if (s.proc && s.proc.exitCode !== null) throw new Error(`nats-server ${s.name} exited (${s.proc.exitCode}; log: ${dir}/${s.name}.log)`);
-      if (Date.now() > deadline) throw new Error(`nats-server ${s.name} not ready within ${READY_DEADLINE_MS} ms (log: ${dir}/${s.name}.log)`);
+      if (proc && proc.exitCode !== null) throw new Error(`nats-server ${s.name} exited (${proc.exitCode}); its log ends:\n${logTail(s)}`);
+      if (Date.now() > deadline) throw new Error(`nats-server ${s.name} not ready within ${READY_DEADLINE_MS} ms; its log ends:\n${logTail(s)}`);
       await sleep(50);
     }
   };

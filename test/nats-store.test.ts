@@ -150,6 +150,18 @@ describe('the KV catalog', { concurrency: true }, () => {
       assert.equal(await ca.refreshKey(hashOf('sk_never')), undefined);
       assert.equal(await ca.refreshKey('not-a-hash'), undefined);
 
+      // a node a watch behind: its mirror stopped, a project made elsewhere (key first, then the project, as
+      // putProject writes them); the key's lookup brings the project too, so the fresh key is not refused as orphaned
+      const behind = await KvCatalog.open(res.catalog);
+      await behind.ready();
+      await behind.close();
+      const h2 = hashOf('sk_fresh_project');
+      await kvB.put(`key.${h2}`, JSON.stringify(key('p_fresh')));
+      await kvB.put('project.p_fresh', JSON.stringify(project('p_fresh')));
+      assert.equal(behind.project('p_fresh'), undefined, 'the stopped mirror did not see it');
+      assert.deepEqual(await behind.refreshKey(h2), key('p_fresh'));
+      assert.equal(behind.project('p_fresh')?.id, 'p_fresh', 'the project came with its key');
+
       const admin = hashOf('ak_0123456789abcdefghijklmn');
       const cb = await KvCatalog.open(kvB);
       await cb.ready();

@@ -199,8 +199,8 @@ export class Admission {
   }
 
   /**
-   * Cluster: a key the catalog mirror does not hold may have been made on another node a moment ago: one lookup past
-   * the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn into a flood of lookups.
+   * Cluster: a key the catalog mirror does not hold (or holds without its project) may have been made on another node a
+   * moment ago: one lookup past the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn into a flood of lookups.
    * Single node: the catalog is the store, nothing to refresh.
    */
   private async refreshUnknownKey(meta: RequestMeta): Promise<void> {
@@ -208,7 +208,8 @@ export class Admission {
     if (key === undefined) return;
     const hash = hashKey(key);
     const catalog = this.parts.catalog;
-    if (catalog.key(hash) !== undefined) return;
+    const known = catalog.key(hash);
+    if (known !== undefined && (known.projectId === undefined || this.parts.project(known.projectId) !== undefined)) return;
     const bucket = this.limiter.take(`refresh:${clientBucket(meta.ip)}`, KEY_REFRESH_RATE, KEY_REFRESH_BURST, this.parts.now());
     if (!bucket.allowed) return;
     try {

@@ -67,7 +67,7 @@ export interface Catalog {
   putKey(hash: string, record: KeyRecord): Promise<void>;
   deleteKey(hash: string): Promise<void>;
   deleteProject(projectId: string): Promise<void>;
-  /** cluster: one lookup past the mirror for a key just created on another node; LMDB: same as key() */
+  /** cluster: one lookup past the mirror for a key just created on another node (and its project); LMDB: same as key() */
   refreshKey(hash: string): Promise<KeyRecord | undefined>;
   /** called after any change made here or on another node */
   onChange(fn: (what: { kind: 'project' | 'key'; id: string }) => void): () => void;

@@ -8,7 +8,7 @@ import { KvMirror } from './kv-mirror.ts';
  * `project.<id>` and `key.<sha256hex>` (JSON values), mirrored into memory by a watch so authentication never waits
  * on the network. Changes made here are applied to the mirror as soon as the KV answers (read-your-writes on this
  * node) and reach the other nodes through their watches (typically within milliseconds). A key just created on
- * another node and not yet mirrored gets one `kv.get` (refreshKey) before a 401.
+ * another node and not yet mirrored (or mirrored before its project) gets one `kv.get` of each (refreshKey) before a 401.
  *
  * The watch is a push consumer; like ordered consumers it may not recover by itself after a server loss (§13.9), so
  * a check compares the bucket's last revision with the mirror's and restarts the watch after the last applied one.
@@ -164,11 +164,17 @@ export class KvCatalog implements Catalog {
     for (const [hash] of keys) await this.deleteKey(hash);
   }
 
-  /** One `kv.get` of a key hash the mirror does not hold yet (created on another node a moment ago). */
+  /**
+   * One `kv.get` of a key hash the mirror does not hold yet (created on another node a moment ago), and one of its
+   * project when the mirror does not hold that either: the watch may have brought the key (written first) and not
+   * yet the project, and a fresh project's key must not answer 401 on a node that is a watch behind.
+   */
   async refreshKey(hash: string): Promise<KeyRecord | undefined> {
     if (!KEY_HASH.test(hash)) return undefined;
     await this.refresh(keyKey(hash));
-    return this.keysByHash.get(hash);
+    const rec = this.keysByHash.get(hash);
+    if (rec?.projectId !== undefined && !this.projectsById.has(rec.projectId)) await this.refresh(projectKey(rec.projectId));
+    return rec;
   }
 
   private async refresh(k: string): Promise<void> {
