@@ -131,3 +131,33 @@ test('a large day snapshotted keeps its user count and sketch; restored, it wake
   assert.equal(afterDrop.sketch, undefined);
   assert.equal(DayAggregate.restore(afterDrop).sketch!.estimate(), live.sketch!.estimate());
 });
+
+test('an exact range read again after events reach any of its days counts exactly the distinct visitors (remembered unions follow every part)', () => {
+  const days = ['2026-11-01', '2026-11-02', '2026-11-03', '2026-11-04', '2026-11-05'];
+  const state = new AnalyticsState();
+  const users = new Set<string>();
+  let seq = 0;
+  const send = (day: string, from: number, to: number) => {
+    for (let i = from; i < to; i++) {
+      apply(state, ++seq, visit(day, `u${i}`));
+      users.add(`u${i}`);
+    }
+  };
+  // overlapping visitors: 5 × 600 hashes, 2,000 distinct (well under RANGE_EXACT_HASHES: the exact union)
+  days.forEach((day, d) => send(day, d * 350, d * 350 + 600));
+  const read = () => metrics(state, 'p', 'UTC', days[0]!, days[4]!).users;
+  assert.equal(read(), users.size);
+  assert.equal(read(), users.size, 'the remembered count');
+  // new visitors on the oldest day (a settled part), a middle day (settled), the newest (recent), and a repeat visitor
+  for (const [day, from, to] of [[days[0]!, 10_000, 10_300], [days[2]!, 20_000, 20_010], [days[4]!, 30_000, 30_200], [days[1]!, 0, 5]] as const) {
+    send(day, from, to);
+    assert.equal(read(), users.size, `after events on ${day}`);
+    assert.equal(read(), users.size, `read again after events on ${day}`);
+  }
+  // a narrower range shares settled parts with the wide one and counts its own
+  const narrow = new Set<string>();
+  for (let d = 1; d <= 2; d++) for (let i = d * 350; i < d * 350 + 600; i++) narrow.add(`u${i}`);
+  for (let i = 20_000; i < 20_010; i++) narrow.add(`u${i}`);
+  for (let i = 0; i < 5; i++) narrow.add(`u${i}`);
+  assert.equal(metrics(state, 'p', 'UTC', days[1]!, days[2]!).users, narrow.size);
+});

@@ -3,8 +3,7 @@ import { formatRate, PROPS_PREFIX, REVENUE_PURCHASES, REVENUE_TOTAL } from './da
 import { addFigures, type DayFigures, type LiveDays, type RangePart, type SealedSource } from './day-view.ts';
 import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
-import { NumberSet } from './number-table.ts';
-import { sketchedUsers } from './sketch-memo.ts';
+import { exactUsers, sketchedUsers } from './sketch-memo.ts';
 import type { AnalyticsState } from './state.ts';
 import type { Breakdown, Comparison, DailyFigures, MetricsResponse, RecentEvent, RevenueFigure } from './types.ts';
 
@@ -220,12 +219,7 @@ function distinctUsers(parts: RangePart[]): number {
   if (parts.length === 0) return 0;
   let hashes = 0;
   for (const d of parts) for (const f of d.figures()) hashes += f.users;
-  if (hashes <= RANGE_EXACT_HASHES && parts.every((d) => d.sketch === undefined)) {
-    const union = new NumberSet();
-    const add = (u: number) => void union.add(u);
-    for (const d of parts) d.forEachUser(add);
-    return union.size;
-  }
+  if (hashes <= RANGE_EXACT_HASHES && parts.every((d) => d.sketch === undefined)) return exactUsers(parts, hashes);
   return sketchedUsers(parts);
 }
 

@@ -2,21 +2,26 @@ import { addDays } from './dates.ts';
 import { DayAggregate } from './day-aggregate.ts';
 import type { RangePart } from './day-view.ts';
 import { HyperLogLog } from './hyperloglog.ts';
+import { NumberSet, type RawNumberSet } from './number-table.ts';
 
 /**
- * A range's distinct users as a sketch merge, remembered between reads. Merging a part's 64 KiB sketch costs ~50–130
- * µs, so a 30-day read of large days spent ~4 ms merging the same sketches on every read, and a 12-month one more.
- * Every part is named by its identity and version (a live day's last folded sequence; a sealed part never changes),
- * so a remembered merge is used only for exactly the parts it was made of:
- * - the whole range's estimate, for a read of parts none of which changed since;
- * - the merge of its settled parts (every part but the live days of its two newest dates, which take today's traffic),
- *   so a dashboard re-reading a range while events arrive merges only those few days onto a copy.
+ * A range's distinct users, remembered between reads: as a sketch merge for large ranges, as an exact union of the
+ * parts' user hashes for ranges of at most RANGE_EXACT_HASHES. Merging a part's 64 KiB sketch costs ~50–130 µs, so a
+ * 30-day read of large days spent ~4 ms merging the same sketches on every read; the exact union of a busy project's
+ * 30 days (~25k hashes) cost 2–3 ms a read the same way. Every part is named by its identity and version (a live
+ * day's last folded sequence; a sealed part never changes), so a remembered result is used only for exactly the parts
+ * it was made of:
+ * - the whole range's count, for a read of parts none of which changed since;
+ * - the merge (or union) of its settled parts (every part but the live days of its two newest dates, which take
+ *   today's traffic), so a dashboard re-reading a range while events arrive adds only those few days onto a copy.
  * Pure (no clock, no I/O); bounded by entry counts, so a wrong guess costs a merge, never an answer.
  */
 
 /** Remembered merges of settled parts: 64 KiB each, so 4 MiB. */
 export const SETTLED_MERGES = 64;
-/** Remembered whole-range estimates: a number and its key (~0.5 KB for a 12-month range) each. */
+/** Remembered exact unions of settled parts: a table of ≤ 32,768 hashes is ≤ 512 KiB, so ≤ 8 MiB. */
+export const SETTLED_UNIONS = 16;
+/** Remembered whole-range counts: a number and its key (~0.5 KB for a 12-month range) each. */
 export const RANGE_ESTIMATES = 1_024;
 /** Live days of this many newest dates of a range are merged on every read (today and yesterday in any timezone). */
 const RECENT_DATES = 2;
@@ -47,6 +52,7 @@ function recall<T>(map: Map<string, T>, key: string): T | undefined {
 }
 
 const settledMerges = new Map<string, Uint8Array>();
+const settledUnions = new Map<string, RawNumberSet>();
 const rangeEstimates = new Map<string, number>();
 
 function mergeInto(target: HyperLogLog, parts: readonly RangePart[]): void {
@@ -57,13 +63,8 @@ function mergeInto(target: HyperLogLog, parts: readonly RangePart[]): void {
   }
 }
 
-/** The distinct users of `parts` by a sketch merge (within 1 %), merging only what changed since a read of the same parts. */
-export function sketchedUsers(parts: readonly RangePart[]): number {
-  const keys = parts.map(partKey);
-  const whole = keys.join(',');
-  const known = recall(rangeEstimates, whole);
-  if (known !== undefined) return known;
-
+/** The parts' settled ones and the live days of their newest dates (see the file comment), with their keys. */
+function split(parts: readonly RangePart[], keys: readonly string[]): { settled: RangePart[]; settledKey: string; recent: RangePart[] } {
   let newest = '';
   for (const p of parts) if (p instanceof DayAggregate && p.day > newest) newest = p.day;
   const recentFrom = newest === '' ? '' : addDays(newest, 1 - RECENT_DATES);
@@ -77,10 +78,18 @@ export function sketchedUsers(parts: readonly RangePart[]): number {
       settledKeys.push(keys[i]!);
     }
   });
+  return { settled, settledKey: settledKeys.join(','), recent };
+}
 
+/** The distinct users of `parts` by a sketch merge (within 1 %), merging only what changed since a read of the same parts. */
+export function sketchedUsers(parts: readonly RangePart[]): number {
+  const keys = parts.map(partKey);
+  const whole = `s${keys.join(',')}`;
+  const known = recall(rangeEstimates, whole);
+  if (known !== undefined) return known;
+  const { settled, settledKey, recent } = split(parts, keys);
   const merged = new HyperLogLog();
   if (settled.length > 0) {
-    const settledKey = settledKeys.join(',');
     const base = recall(settledMerges, settledKey);
     if (base) merged.registers.set(base);
     else {
@@ -92,4 +101,29 @@ export function sketchedUsers(parts: readonly RangePart[]): number {
   const estimate = merged.estimate();
   remember(rangeEstimates, whole, estimate, RANGE_ESTIMATES);
   return estimate;
+}
+
+/**
+ * The exact distinct users of `parts` (none holds a sketch; `hashes` is the sum of their user counts, an upper bound
+ * of the union), adding only the parts that changed since a read of the same parts onto a copy of the rest's union.
+ */
+export function exactUsers(parts: readonly RangePart[], hashes: number): number {
+  const keys = parts.map(partKey);
+  const whole = `x${keys.join(',')}`;
+  const known = recall(rangeEstimates, whole);
+  if (known !== undefined) return known;
+  const { settled, settledKey, recent } = split(parts, keys);
+  let union: NumberSet;
+  const base = settled.length > 0 ? recall(settledUnions, settledKey) : undefined;
+  if (base) union = NumberSet.fromRaw({ ...base, keys: base.keys.slice() });
+  else {
+    union = new NumberSet(hashes);
+    const add = (u: number) => void union.add(u);
+    for (const d of settled) d.forEachUser(add);
+    if (settled.length > 0) remember(settledUnions, settledKey, union.raw(), SETTLED_UNIONS);
+  }
+  const add = (u: number) => void union.add(u);
+  for (const d of recent) d.forEachUser(add);
+  remember(rangeEstimates, whole, union.size, RANGE_ESTIMATES);
+  return union.size;
 }
