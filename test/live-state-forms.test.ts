@@ -16,7 +16,7 @@ import { fromSnapshot, SNAPSHOT_VERSION, toSnapshot, type DaySnapshot, type Snap
 import { AnalyticsState, apply } from '../src/core/state.ts';
 import type { StoredEvent } from '../src/core/types.ts';
 import { Snapshotter } from '../src/engine/snapshotter.ts';
-import { SnapshotFiles } from '../src/store/files/snapshot-files.ts';
+import { MAX_TRANSFERS, SnapshotFiles, worthTransferring } from '../src/store/files/snapshot-files.ts';
 import { frameHeader, MAGIC_V2 } from '../src/store/files/snapshot-format.ts';
 import { referenceMetrics } from './reference-model.ts';
 
@@ -268,6 +268,34 @@ describe('days and rings asleep after a restore', () => {
           const opts = { trackedProps: TRACKED, compare: { from: DAYS[0]!, to: DAYS[0]! } };
           assert.deepEqual(metrics(second, p, 'UTC', from, to, opts), metrics(whole, p, 'UTC', from, to, opts));
         }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the snapshot writer is sent many small buffers by copy', () => {
+  test('a snapshot of thousands of day tables (the largest transferred, the rest copied) restores every project like the whole fold', async () => {
+    const buffers = Array.from({ length: MAX_TRANSFERS * 3 }, (_, i) => new ArrayBuffer(1 + ((i * 7919) % 5000)));
+    const chosen = worthTransferring([...buffers, buffers[0]!]);
+    assert.equal(chosen.length, MAX_TRANSFERS);
+    assert.equal(new Set(chosen).size, MAX_TRANSFERS, 'no buffer twice');
+    const smallestChosen = Math.min(...chosen.map((b) => b.byteLength));
+    assert.ok(buffers.filter((b) => !chosen.includes(b)).every((b) => b.byteLength <= smallestChosen), 'the largest are transferred');
+
+    const events = fc.sample(eventArb, { numRuns: 4_000, seed: 11 }).map((e, i) => ({ ...e, p: `p_${i % 900}` }));
+    const whole = fold(events);
+    const data = toSnapshot(whole); // ~7,800 buffers the capture made: tables, day bytes, rings
+    const dir = mkdtempSync(path.join(tmpdir(), 'many-buffers-'));
+    try {
+      const files = new SnapshotFiles(dir);
+      await files.write(data);
+      const restored = fromSnapshot(files.loadNewest(whole.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!);
+      await files.close();
+      assert.equal(restored.projects.size, 900);
+      for (const p of ['p_0', 'p_450', 'p_899']) {
+        for (const [from, to] of RANGES) assert.deepEqual(metrics(restored, p, 'UTC', from, to, { trackedProps: TRACKED }), metrics(whole, p, 'UTC', from, to, { trackedProps: TRACKED }));
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });
