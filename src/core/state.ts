@@ -77,15 +77,6 @@ export function sealAt(day: string): number {
 }
 
 /**
- * When a live day is sealed: at sealAt, or, for a day that took history, once the import has left it alone for
- * HISTORY_QUIET_MS (so an old day goes to its sealed form within seconds, whole, not batch by batch).
- */
-export function sealTimeOf(d: DayAggregate): number {
-  const at = sealAt(d.day);
-  return d.heldUntil > at ? d.heldUntil : at;
-}
-
-/**
  * The reducer: folds one log record into the state. Pure and deterministic: everything it needs is in the
  * record, so folding the log always gives the same state as the live path did. Days whose window closed (judged by
  * the records' receive times) are queued in `sealQueue`.
@@ -261,10 +252,16 @@ export function collectSealable(state: AnalyticsState): void {
   const now = state.maxRt;
   let next = Number.POSITIVE_INFINITY;
   const oldestMonth = utcMonthOf(now - MONTHLY_KEPT_MS);
+  // Live days share a few dates: each date's seal time is worked out once a pass (10,000 projects hold ~100k live days).
+  const sealAtOf = new Map<string, number>();
   for (const [projectId, p] of state.projects) {
     for (const d of p.days.values()) {
       if (d.sealing) continue;
-      const at = sealTimeOf(d);
+      // A day that took history is sealed once the import has left it alone for HISTORY_QUIET_MS (heldUntil): within
+      // seconds, whole, not batch by batch.
+      let dateAt = sealAtOf.get(d.day);
+      if (dateAt === undefined) sealAtOf.set(d.day, (dateAt = sealAt(d.day)));
+      const at = d.heldUntil > dateAt ? d.heldUntil : dateAt;
       if (at <= now) {
         d.sealing = true;
         state.sealQueue.push({ projectId, day: d });
