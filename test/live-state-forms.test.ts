@@ -1,6 +1,6 @@
 // long because the compact live forms, sleeping restores and older snapshot layouts share one event generator and fold.
 import assert from 'node:assert/strict';
-import { closeSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, utimesSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -297,6 +297,44 @@ describe('the snapshot writer is sent many small buffers by copy', () => {
       for (const p of ['p_0', 'p_450', 'p_899']) {
         for (const [from, to] of RANGES) assert.deepEqual(metrics(restored, p, 'UTC', from, to, { trackedProps: TRACKED }), metrics(whole, p, 'UTC', from, to, { trackedProps: TRACKED }));
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a restored state leaves its days in the snapshot file', () => {
+  test('days and rings asleep read their bytes from the held file, also after the file is removed; a file changed on disk fails the read, naming it', async () => {
+    const events = fc.sample(eventArb, { numRuns: 300, seed: 17 }).map((e, i) => ({ ...e, p: i % 2 === 0 ? 'p_b' : 'p_a' }));
+    const whole = fold(events);
+    const dir = mkdtempSync(path.join(tmpdir(), 'held-'));
+    try {
+      const files = new SnapshotFiles(dir);
+      await files.write(toSnapshot(whole));
+      await files.close();
+      const file = path.join(dir, 'snapshots', readdirSync(path.join(dir, 'snapshots')).find((f) => f.endsWith('.bin'))!);
+      const restored = fromSnapshot(new SnapshotFiles(dir, { inspectOnly: true }).loadNewest(whole.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!);
+      const day = [...restored.project('p_a').days.values()][0]!;
+      const once = day.storedBytes()!;
+      assert.notEqual(day.storedBytes(), once, 'read from the file each time, not held');
+      assert.deepEqual(day.storedBytes(), once);
+      // Removed (as a newer snapshot prunes it): the open file still serves every day and ring.
+      rmSync(file);
+      for (const p of ['p_a', 'p_b']) {
+        for (const [from, to] of RANGES) assert.deepEqual(metrics(restored, p, 'UTC', from, to, { trackedProps: TRACKED }), metrics(whole, p, 'UTC', from, to, { trackedProps: TRACKED }));
+        for (const d of restored.project(p).days.values()) void d.sessions; // wakes
+        assert.deepEqual(metrics(restored, p, 'UTC', DAYS[0]!, DAYS[1]!), metrics(whole, p, 'UTC', DAYS[0]!, DAYS[1]!));
+      }
+
+      // Another restore, then the file is written by someone else: the next read of a sleeping day names it.
+      const again = new SnapshotFiles(dir);
+      await again.write(toSnapshot(whole));
+      await again.close();
+      const file2 = path.join(dir, 'snapshots', readdirSync(path.join(dir, 'snapshots')).find((f) => f.endsWith('.bin'))!);
+      const second = fromSnapshot(new SnapshotFiles(dir, { inspectOnly: true }).loadNewest(whole.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!);
+      const later = new Date(Date.now() + 60_000);
+      utimesSync(file2, later, later);
+      assert.throws(() => [...second.project('p_a').days.values()][0]!.storedBytes(), (err: Error) => err.message.includes(file2) && /changed on disk/.test(err.message));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

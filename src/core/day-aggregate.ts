@@ -343,8 +343,13 @@ export interface StoredDay {
   day: string;
   firstSeq: number;
   lastSeq: number;
-  /** the day's snapshot form as the store wrote it (what a later snapshot writes again while the day sleeps) */
-  bytes: Uint8Array;
+  /**
+   * the day's snapshot form as the store wrote it (what a later snapshot writes again while the day sleeps); a day
+   * restored from a file reads them from there each time they are asked for (they are not held in memory)
+   */
+  readonly bytes: Uint8Array;
+  /** `bytes.length`, known without reading them */
+  length: number;
   /** where `bytes` start in the snapshot file they were read from (the writer copies them from there, not from memory) */
   at?: number;
   load(): DaySnapshot;
@@ -417,7 +422,7 @@ export class DayAggregate implements RangePart {
   /** Where the stored bytes are in the snapshot file they came from, while the day sleeps and that is known. */
   storedAt(): { at: number; length: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined ? undefined : { at: s.at, length: s.bytes.length };
+    return s?.at === undefined ? undefined : { at: s.at, length: s.length };
   }
 
   /** While asleep: the day's sealed form (what sealDay gives), built from its bytes without waking it. */

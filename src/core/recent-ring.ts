@@ -30,8 +30,10 @@ export interface PackedRing {
 
 /** A ring as a snapshot stored it, not decoded yet (see RecentRing.sleep). */
 export interface StoredRing {
-  /** the ring's snapshot form as the store wrote it */
-  bytes: Uint8Array;
+  /** the ring's snapshot form as the store wrote it (restored from a file: read from there when asked for) */
+  readonly bytes: Uint8Array;
+  /** `bytes.length`, known without reading them */
+  length: number;
   /** where `bytes` start in the snapshot file they were read from (see StoredDay.at) */
   at?: number;
   load(): PackedRing | Array<string | number>;
@@ -179,7 +181,7 @@ export class RecentRing {
   /** Where the stored bytes are in the snapshot file they came from, while the ring sleeps and that is known. */
   storedAt(): { at: number; length: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined ? undefined : { at: s.at, length: s.bytes.length };
+    return s?.at === undefined ? undefined : { at: s.at, length: s.length };
   }
 
   /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */

@@ -56,5 +56,5 @@ export class DayRest {
 /** Encodes an awake day as its snapshot bytes and puts it to sleep on them. */
 export function sleepDay(d: DayAggregate): void {
   const bytes = serialize(daySnapshot(d));
-  d.sleep({ day: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, bytes, load: () => deserialize(bytes) as DaySnapshot });
+  d.sleep({ day: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, bytes, length: bytes.length, load: () => deserialize(bytes) as DaySnapshot });
 }

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import type { StoredDay } from '../../core/day-aggregate.ts';
-import type { PackedRing } from '../../core/recent-ring.ts';
+import type { PackedRing, StoredRing } from '../../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
@@ -259,21 +259,8 @@ class FrameReader {
   private hash: Hash | undefined;
   private hashed = 0;
 
-  /** `keepChunks`: never reuse a buffer, so a view (view()) stays valid after later reads */
-  constructor(
-    private readonly fd: number,
-    private readonly keepChunks = false,
-  ) {
+  constructor(private readonly fd: number) {
     this.size = fstatSync(fd).size;
-  }
-
-  /**
-   * The file's bytes [from, to) as a view of the buffer that holds them, when one buffer holds them all (keepChunks:
-   * views stay valid), else undefined.
-   */
-  view(from: number, to: number): Uint8Array | undefined {
-    if (!this.keepChunks || from < this.base || to > this.base + this.end) return undefined;
-    return this.buf.subarray(from - this.base, to - this.base);
   }
 
   /** The file offset of the next byte read. */
@@ -320,8 +307,7 @@ class FrameReader {
     this.feed(); // bytes about to leave the buffer
     const kept = this.end - this.start;
     const size = Math.max(READ_CHUNK, n);
-    // keepChunks: a new buffer each time, so views of the one before stay as they are (see view)
-    const next = size > this.buf.length || this.keepChunks ? Buffer.allocUnsafe(size) : this.buf;
+    const next = size > this.buf.length ? Buffer.allocUnsafe(size) : this.buf;
     this.buf.copy(next, 0, this.start, this.end);
     this.buf = next;
     this.base += this.start;
@@ -336,14 +322,18 @@ class FrameReader {
 }
 
 /**
- * A snapshot file's data, after checking its header and SHA-256 (over its frames, read in large chunks); throws on any mismatch. `lazy`: each
- * project's ring and live days stay as their bytes (StoredRing, StoredDay: one buffer per project), decoded when first
- * touched, so startup decodes nothing and an idle project costs its bytes. Otherwise everything is decoded.
+ * A snapshot file's data, after checking its header and SHA-256 (over its frames, read in large chunks); throws on any
+ * mismatch. `lazy`: each project's ring and live days stay in the file (FileRing, FileDay: their place in a HeldFile),
+ * read and decoded when first touched, so startup decodes nothing and an idle project costs a small object a day, not
+ * its bytes. Otherwise everything is decoded.
  */
 export function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
+  /** set once a project's days are left in the file: then the file stays open (HeldFile) if the check passes */
+  let held: HeldFile | undefined;
+  let checked = false;
   try {
-    const r = new FrameReader(fd, lazy);
+    const r = new FrameReader(fd);
     const magic = r.read(MAGIC.length);
     if (magic.equals(MAGIC_V2)) return readV2(r);
     if (!magic.equals(MAGIC)) throw new Error('bad header');
@@ -361,30 +351,98 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
         projects.push({ ...p, recent, days });
         continue;
       }
-      // The ring and day frames are consecutive: note where each body is, then keep them as one view of the reader's
-      // chunk (the chunk, ~4 MiB shared by hundreds of small projects, lives while any of them sleeps), or, for a
-      // project that crosses into the next chunk, read them again into a buffer of its own.
-      const from = r.position;
-      const spans: Array<[number, number]> = [];
-      for (let d = 0; d <= count; d++) {
+      // The ring and day frames stay in the file: note where each body is; a sleeping day or ring reads its bytes from
+      // there when asked for (the file is checked whole below and held open while any of them sleeps).
+      const place = () => {
         const body = nextFrame(r);
-        spans.push([r.position - body.length - from, body.length]);
-      }
-      const all = r.view(from, r.position) ?? readRange(fd, from, r.position - from);
-      const part = ([at, length]: [number, number]) => all.subarray(at, at + length);
-      const ringBytes = part(spans[0]!);
-      const days: StoredDay[] = index.map(([day, firstSeq, lastSeq], i) => {
-        const bytes = part(spans[i + 1]!);
-        return { day, firstSeq, lastSeq, bytes, at: from + spans[i + 1]![0], load: () => decode(bytes) as DaySnapshot };
+        return { at: r.position - body.length, length: body.length };
+      };
+      held ??= new HeldFile(fd, file);
+      const from = held;
+      const ring = place();
+      const days: StoredDay[] = index.map(([day, firstSeq, lastSeq]) => {
+        const { at, length } = place();
+        return new FileDay(day, firstSeq, lastSeq, at, length, from);
       });
-      projects.push({ ...p, recent: { bytes: ringBytes, at: from + spans[0]![0], load: () => decode(ringBytes) as PackedRing }, days });
+      projects.push({ ...p, recent: new FileRing(ring.at, ring.length, from), days });
     }
     const digest = r.digest();
     if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
     if (!digest.equals(r.read(DIGEST_BYTES))) throw new Error('checksum mismatch');
+    checked = true;
     return { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
   } finally {
+    if (held && checked) closeWhenUnreachable.register(held, fd);
+    else closeSync(fd);
+  }
+}
+
+/**
+ * A checked snapshot file held open while days or rings restored from it sleep: their bytes are read from it when
+ * asked for (a wake, a first read, a snapshot that cannot copy them by place), so a restored state does not hold its
+ * file's bytes in memory. Open, the file stays readable after a newer snapshot prunes it (its disk space is freed when
+ * the last of them woke or sealed and the handle was collected). The file is never written after it is renamed into
+ * place, so a change of its modification time means something else wrote it: reading then fails, naming the file.
+ */
+class HeldFile {
+  private readonly mtimeMs: number;
+
+  constructor(
+    readonly fd: number,
+    readonly file: string,
+  ) {
+    this.mtimeMs = fstatSync(fd).mtimeMs;
+  }
+
+  read(at: number, length: number): Uint8Array {
+    if (fstatSync(this.fd).mtimeMs !== this.mtimeMs) throw new Error(`${this.file} was changed on disk after it was checked at startup; restart to restore from the log`);
+    return readRange(this.fd, at, length);
+  }
+}
+
+/** Closes a held snapshot file once nothing restored from it sleeps any more (the handle was collected). */
+const closeWhenUnreachable = new FinalizationRegistry<number>((fd) => {
+  try {
     closeSync(fd);
+  } catch {
+    /* already closed */
+  }
+});
+
+/** A day restored asleep: its place in the held file (see HeldFile). */
+class FileDay implements StoredDay {
+  constructor(
+    readonly day: string,
+    readonly firstSeq: number,
+    readonly lastSeq: number,
+    readonly at: number,
+    readonly length: number,
+    private readonly held: HeldFile,
+  ) {}
+
+  get bytes(): Uint8Array {
+    return this.held.read(this.at, this.length);
+  }
+
+  load(): DaySnapshot {
+    return decode(this.bytes) as DaySnapshot;
+  }
+}
+
+/** A ring restored asleep: its place in the held file. */
+class FileRing implements StoredRing {
+  constructor(
+    readonly at: number,
+    readonly length: number,
+    private readonly held: HeldFile,
+  ) {}
+
+  get bytes(): Uint8Array {
+    return this.held.read(this.at, this.length);
+  }
+
+  load(): PackedRing {
+    return decode(this.bytes) as PackedRing;
   }
 }
 
