@@ -39,13 +39,14 @@ export function historyBatch(
   enricher: Enricher,
   seen: (eventId: string) => boolean,
   now: number,
+  guarded = false,
 ): HistoryBatch {
   const details: ErrorDetail[] = [];
   const records: StoredEvent[] = [];
   const ids = new Set<string>();
   let duplicates = 0;
   for (let index = 0; index < events.length; index++) {
-    const input = readEvent(events[index], index, 'history', details);
+    const input = readEvent(events[index], index, 'history', details, guarded);
     if (!input) continue;
     if (input.projectId !== undefined && input.projectId !== project.id) return { records, ids, duplicates, details, foreign: { index, projectId: input.projectId } };
     const extras = input as HistoryExtras & { userAgent?: unknown };

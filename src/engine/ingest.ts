@@ -30,6 +30,8 @@ interface RequestFacts {
   client: ClientFacts;
   enricher: Enricher;
   facts: ReturnType<Enricher['classify']>;
+  /** the events' body passed guardJson whole (RequestMeta.guarded) */
+  guarded: boolean;
   /** the day a bot's batch is counted in ('' for people) */
   botDay: string;
 }
@@ -72,7 +74,7 @@ export class Ingest {
     if (size) return size;
     await backend.settled();
     const now = this.parts.now();
-    const batch = historyBatch(project, events, backend.enricher, (id) => backend.seenForGood(project.id, id, now), now);
+    const batch = historyBatch(project, events, backend.enricher, (id) => backend.seenForGood(project.id, id, now), now, meta.guarded === true);
     if (batch.foreign) {
       return fail('forbidden', `event ${batch.foreign.index} names project "${batch.foreign.projectId}", not "${project.id}"`, {}, rate);
     }
@@ -109,7 +111,7 @@ export class Ingest {
     const client: ClientFacts = { ip: meta.ip, userAgent: meta.userAgent };
     const enricher = this.parts.backend.enricher;
     const facts = enricher.classify(client);
-    return { client, enricher, facts, botDay: facts.bot ? dayOf(now, project.timezone) : '' };
+    return { client, enricher, facts, guarded: meta.guarded === true, botDay: facts.bot ? dayOf(now, project.timezone) : '' };
   }
 
   /** Each event in turn: its shape, its project, bot or person, enriched and normalized, then de-duplicated. */
@@ -119,7 +121,7 @@ export class Ingest {
     const ids = new Set<string>();
     let stored = 0;
     for (let index = 0; index < events.length; index++) {
-      const input = readEvent(events[index], index, 'live', details);
+      const input = readEvent(events[index], index, 'live', details, request.guarded);
       if (!input) continue;
       if (input.projectId !== undefined && input.projectId !== project.id) {
         return fail('forbidden', `event ${index} names project "${input.projectId}", but the key belongs to another project`, {}, rate);

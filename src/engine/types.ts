@@ -70,6 +70,8 @@ export interface RequestMeta {
   userAgent: string;
   /** which face the request came through (operator metrics label); absent = http */
   face?: 'http' | 'grpc';
+  /** the events come from a JSON body guardJson already checked whole (the HTTP face): not walked again per event */
+  guarded?: boolean;
 }
 
 export interface IngestAck {

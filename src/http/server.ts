@@ -352,16 +352,9 @@ export class HttpFace {
     const meta = this.meta(req);
     const body = await this.readJson(req);
     if (!body.ok) return this.refuse(req, res, meta, 'ingest', body);
-    const value = body.value;
-    let events: unknown[];
-    if (Array.isArray(value)) events = value;
-    else if (isObject(value) && 'events' in value && !('event' in value)) {
-      if (!Array.isArray(value.events)) {
-        return this.refuse(req, res, meta, 'ingest', failure('invalid_request', '`events` must be an array of events'));
-      }
-      events = value.events;
-    } else events = [value];
-    const out = await this.engine.ingest(meta, events);
+    const events = eventsOf(body.value);
+    if (events === undefined) return this.refuse(req, res, meta, 'ingest', failure('invalid_request', '`events` must be an array of events'));
+    const out = await this.engine.ingest({ ...meta, guarded: true }, events);
     if (out.ok) return this.sendJson(res, 200, { ok: true, ts: out.value.ts, accepted: out.value.accepted }, out.rate);
     return this.send(res, out);
   }
@@ -371,14 +364,9 @@ export class HttpFace {
     const meta = this.meta(req);
     const body = await this.readJson(req);
     if (!body.ok) return this.refuse(req, res, meta, 'manage', body);
-    const value = body.value;
-    let events: unknown[];
-    if (Array.isArray(value)) events = value;
-    else if (isObject(value) && 'events' in value && !('event' in value)) {
-      if (!Array.isArray(value.events)) return this.refuse(req, res, meta, 'manage', failure('invalid_request', '`events` must be an array of events'));
-      events = value.events;
-    } else events = [value];
-    const out = await this.engine.history(meta, projectId, events);
+    const events = eventsOf(body.value);
+    if (events === undefined) return this.refuse(req, res, meta, 'manage', failure('invalid_request', '`events` must be an array of events'));
+    const out = await this.engine.history({ ...meta, guarded: true }, projectId, events);
     if (out.ok) return this.sendJson(res, 200, { ok: true, accepted: out.value.accepted, duplicates: out.value.duplicates }, out.rate);
     return this.send(res, out);
   }
@@ -640,6 +628,13 @@ type JsonBody = { ok: true; value: unknown } | JsonFailure;
 
 function wireFail(code: ErrorCode, message: string, details?: EngineError['details']): JsonFailure {
   return failure(code, message, details ? { details } : {});
+}
+
+/** The events of a POST /analytics or /history body: an array, `{"events": [...]}` or one event; undefined when `events` is not an array. */
+function eventsOf(value: unknown): unknown[] | undefined {
+  if (Array.isArray(value)) return value;
+  if (isObject(value) && 'events' in value && !('event' in value)) return Array.isArray(value.events) ? value.events : undefined;
+  return [value];
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
