@@ -6,7 +6,7 @@ import path from 'node:path';
 import { deserialize } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import type { StoredDay } from '../../core/day-aggregate.ts';
-import type { PackedRing, StoredRing } from '../../core/recent-ring.ts';
+import type { PackedRing } from '../../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../../core/snapshot.ts';
 import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
 
@@ -323,7 +323,7 @@ class FrameReader {
 
 /**
  * A snapshot file's data, after checking its header and SHA-256 (over its frames, read in large chunks); throws on any
- * mismatch. `lazy`: each project's ring and live days stay in the file (FileRing, FileDay: their place in a HeldFile),
+ * mismatch. `lazy`: each project's ring and live days stay in the file (FilePlace, FileDay: their place in a HeldFile),
  * read and decoded when first touched, so startup decodes nothing and an idle project costs a small object a day, not
  * its bytes. Otherwise everything is decoded.
  */
@@ -364,7 +364,7 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
         const { at, length } = place();
         return new FileDay(day, firstSeq, lastSeq, at, length, from);
       });
-      projects.push({ ...p, recent: new FileRing(ring.at, ring.length, from), days });
+      projects.push({ ...p, recent: new FilePlace<PackedRing>(ring.at, ring.length, from), days });
     }
     const digest = r.digest();
     if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
@@ -409,40 +409,34 @@ const closeWhenUnreachable = new FinalizationRegistry<number>((fd) => {
   }
 });
 
-/** A day restored asleep: its place in the held file (see HeldFile). */
-class FileDay implements StoredDay {
+/** A day's or ring's frame body left in the held file (see HeldFile): read and decoded when asked for. */
+class FilePlace<T> {
+  constructor(
+    readonly at: number,
+    readonly length: number,
+    private readonly held: HeldFile,
+  ) {}
+
+  get bytes(): Uint8Array {
+    return this.held.read(this.at, this.length);
+  }
+
+  load(): T {
+    return decode(this.bytes) as T;
+  }
+}
+
+/** A day restored asleep: its name and sequences, and its place in the held file. */
+class FileDay extends FilePlace<DaySnapshot> implements StoredDay {
   constructor(
     readonly day: string,
     readonly firstSeq: number,
     readonly lastSeq: number,
-    readonly at: number,
-    readonly length: number,
-    private readonly held: HeldFile,
-  ) {}
-
-  get bytes(): Uint8Array {
-    return this.held.read(this.at, this.length);
-  }
-
-  load(): DaySnapshot {
-    return decode(this.bytes) as DaySnapshot;
-  }
-}
-
-/** A ring restored asleep: its place in the held file. */
-class FileRing implements StoredRing {
-  constructor(
-    readonly at: number,
-    readonly length: number,
-    private readonly held: HeldFile,
-  ) {}
-
-  get bytes(): Uint8Array {
-    return this.held.read(this.at, this.length);
-  }
-
-  load(): PackedRing {
-    return decode(this.bytes) as PackedRing;
+    at: number,
+    length: number,
+    held: HeldFile,
+  ) {
+    super(at, length, held);
   }
 }
 
