@@ -113,16 +113,13 @@ export function exactUsers(parts: readonly RangePart[], hashes: number): number 
   const known = recall(rangeEstimates, whole);
   if (known !== undefined) return known;
   const { settled, settledKey, recent } = split(parts, keys);
-  let union: NumberSet;
   const base = settled.length > 0 ? recall(settledUnions, settledKey) : undefined;
-  if (base) union = NumberSet.fromRaw({ ...base, keys: base.keys.slice() });
-  else {
-    union = new NumberSet(hashes);
-    const add = (u: number) => void union.add(u);
-    for (const d of settled) d.forEachUser(add);
-    if (settled.length > 0) remember(settledUnions, settledKey, union.raw(), SETTLED_UNIONS);
-  }
+  const union = base ? NumberSet.fromRaw({ ...base, keys: base.keys.slice() }) : new NumberSet(hashes);
   const add = (u: number) => void union.add(u);
+  if (!base && settled.length > 0) {
+    for (const d of settled) d.forEachUser(add);
+    remember(settledUnions, settledKey, union.raw(), SETTLED_UNIONS);
+  }
   for (const d of recent) d.forEachUser(add);
   remember(rangeEstimates, whole, union.size, RANGE_ESTIMATES);
   return union.size;

@@ -199,8 +199,9 @@ export class Admission {
   }
 
   /**
-   * Cluster: a key the catalog mirror does not hold (or holds without its project) may have been made on another node a
-   * moment ago: one lookup past the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn into a flood of lookups.
+   * Cluster: a key the catalog mirror does not hold (or holds without its project) may have been made on another node
+   * a moment ago: one lookup past the mirror before the 401, under a per-client-IP bucket so unknown keys cannot turn
+   * into a flood of lookups.
    * Single node: the catalog is the store, nothing to refresh.
    */
   private async refreshUnknownKey(meta: RequestMeta): Promise<void> {

@@ -24,6 +24,11 @@ import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
  */
 export const MAX_TRANSFERS = 512;
 
+/** Adds `b`'s buffer to `owned` when `b` is all of it (a copy the capture made, nothing else in it). */
+function ownWhole(b: Uint8Array, owned: ArrayBuffer[]): void {
+  if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) owned.push(b.buffer as ArrayBuffer);
+}
+
 /** The buffers of `owned` worth transferring rather than copying: the MAX_TRANSFERS largest (no repeats). */
 export function worthTransferring(owned: ArrayBuffer[]): ArrayBuffer[] {
   const unique = [...new Set(owned)];
@@ -76,9 +81,7 @@ export class SnapshotFiles {
     // Typed arrays of days given as data are copies made by the capture: transfer them instead of copying again.
     // Days and rings the caller serialized are fresh too (unchanged ones come as their key alone).
     const owned: ArrayBuffer[] = [];
-    const own = (b: Uint8Array) => {
-      if (b.byteOffset === 0 && b.byteLength === b.buffer.byteLength) owned.push(b.buffer as ArrayBuffer);
-    };
+    const own = (b: Uint8Array) => ownWhole(b, owned);
     for (const p of data.projects) {
       // Copies made by the capture: a sleeping day's or ring's bytes (a copy of what it holds), packed columns, tables.
       const r = p.recent;
@@ -125,7 +128,7 @@ export class SnapshotFiles {
   preload(items: Encoded[]): void {
     if (this.closed) return;
     const owned: ArrayBuffer[] = [];
-    for (const e of items) if (e.bytes && e.bytes.byteOffset === 0 && e.bytes.byteLength === e.bytes.buffer.byteLength) owned.push(e.bytes.buffer as ArrayBuffer);
+    for (const e of items) if (e.bytes) ownWhole(e.bytes, owned);
     this.startWorker().postMessage({ preload: items }, worthTransferring(owned));
   }
 
@@ -329,8 +332,8 @@ class FrameReader {
  */
 export function readSnapshot(file: string, lazy = false): SnapshotData {
   const fd = openSync(file, 'r');
-  /** set once a project's days are left in the file: then the file stays open (HeldFile) if the check passes */
-  let held: HeldFile | undefined;
+  /** lazy: the days left in the file read from it, so it stays open if the check passes (and while they sleep) */
+  const held = lazy ? new HeldFile(fd, file) : undefined;
   let checked = false;
   try {
     const r = new FrameReader(fd);
@@ -357,14 +360,12 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
         const body = nextFrame(r);
         return { at: r.position - body.length, length: body.length };
       };
-      held ??= new HeldFile(fd, file);
-      const from = held;
       const ring = place();
       const days: StoredDay[] = index.map(([day, firstSeq, lastSeq]) => {
         const { at, length } = place();
-        return new FileDay(day, firstSeq, lastSeq, at, length, from);
+        return new FileDay(day, firstSeq, lastSeq, at, length, held!);
       });
-      projects.push({ ...p, recent: new FilePlace<PackedRing>(ring.at, ring.length, from), days });
+      projects.push({ ...p, recent: new FilePlace<PackedRing>(ring.at, ring.length, held!), days });
     }
     const digest = r.digest();
     if (r.read(4).readUInt32LE(0) !== 0) throw new Error('more frames than the header says');
