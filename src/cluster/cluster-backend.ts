@@ -690,7 +690,7 @@ export class ClusterBackend implements Backend {
   }
 
   /** StreamFold: one message per batch, acknowledged after the PubAck; a follower folds it. */
-  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
+  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<number | false> {
     const batchId = this.cp.batchIdFor(projectId, records);
     const p = this.partition(projectId);
     const b: InFlight = { projectId, partition: p.n, ids: new Set(ids), stored, seq: 0, at: this.now() };
@@ -707,7 +707,7 @@ export class ClusterBackend implements Backend {
       else this.inflight.set(batchId, b);
       // Admitted just before the project was deleted, stored after its erasure began: erase this batch too.
       if (!this.catalog.project(projectId)) void this.erasure.erase(projectId).catch((err: unknown) => this.log(`project ${projectId}: erasure of a late batch failed (the timer retries): ${String(err)}`));
-      return true;
+      return records.length;
     } catch (err) {
       this.release(b);
       this.log(`publish failed: ${err instanceof Error ? err.message : String(err)}`);

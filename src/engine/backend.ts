@@ -29,7 +29,8 @@ export interface Backend {
   seen(projectId: string, eventId: string, now: number): boolean;
   /**
    * History (POST /projects/{id}/history): was `eventId` stored for the project as history at any time, or live within
-   * 48 h, or is it in flight? A pre-check in cluster mode too, where the fold is the authority (cluster-history.ts).
+   * 48 h, or is it in flight? A pre-check: on a single node the append's transaction claims history ids (a repeat the
+   * pre-check let through is dropped there, see commit), in cluster mode the fold is the authority (cluster-history.ts).
    */
   seenForGood(projectId: string, eventId: string, now: number): boolean;
   /** GET /projects/{id}/export: the project's stored events of [from, to], in time order, in bounded chunks */
@@ -38,8 +39,12 @@ export interface Backend {
   historyDaysLive?(): number;
   /** events stored (or in flight) for the project this UTC month, as far as this node knows (the quota) */
   usedThisMonth(projectId: string, now: number): number;
-  /** makes the records durable (LMDB commit or JetStream PubAck) before resolving; false = nothing stored, 503 */
-  commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean>;
+  /**
+   * Makes the records durable (LMDB commit or JetStream PubAck) before resolving with how many were stored: all of
+   * them, less history events the commit found stored before (single node: their ids are claimed in the append's
+   * transaction). false = nothing stored, 503.
+   */
+  commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<number | false>;
   /** answers an admitted read: from local state (cluster: after the read barrier) or from the partition's owner */
   read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal>;
   /** runs with the project's catalog entry already removed: erase its events, state and snapshots */

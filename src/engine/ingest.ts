@@ -81,8 +81,9 @@ export class Ingest {
     if (batch.details.length > 0) return invalidEvents(batch.details, events.length, rate);
     // stored = 0: history is not counted against the monthly allowance
     const appended = await this.append(project.id, batch.records, batch.ids, 0, rate);
-    if (appended) return appended;
-    return { ok: true, value: { accepted: batch.records.length, duplicates: batch.duplicates }, rate };
+    if (typeof appended !== 'number') return appended;
+    // the commit drops what it finds stored before (see Backend.commit): a repeat all the same
+    return { ok: true, value: { accepted: appended, duplicates: batch.duplicates + batch.records.length - appended }, rate };
   }
 
   private async live(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
@@ -103,7 +104,7 @@ export class Ingest {
     const over = this.overQuota(project, sorted.stored, now, rate);
     if (over) return over;
     const appended = await this.append(project.id, sorted.records, sorted.ids, sorted.stored, rate);
-    if (appended) return appended;
+    if (typeof appended !== 'number') return appended;
     return acknowledge(events.length, sorted.stored, request.facts.bot ? sorted.records.length : 0, now, rate);
   }
 
@@ -181,10 +182,11 @@ export class Ingest {
   }
 
   /** Durable before the answer (LMDB commit or PubAck); nothing to append is no write at all. */
-  private async append(projectId: string, records: LogRecord[], ids: Set<string>, stored: number, rate: RateInfo): Promise<Failure | undefined> {
-    if (records.length === 0) return undefined;
+  /** How many of the records were stored (see Backend.commit), or the 503 of a commit that failed. */
+  private async append(projectId: string, records: LogRecord[], ids: Set<string>, stored: number, rate: RateInfo): Promise<Failure | number> {
+    if (records.length === 0) return 0;
     const appended = await this.parts.backend.commit(projectId, records, ids, stored);
-    return appended ? undefined : notStored(rate);
+    return appended === false ? notStored(rate) : appended;
   }
 }
 

@@ -165,8 +165,9 @@ export class LmdbBackend implements Backend {
     return this.pendingIds.get(projectId)?.has(eventId) === true || this.ids.has(projectId, eventId, now);
   }
 
+  /** The pre-check leaves the stored history ids to the append's transaction, which claims them (see commit). */
   seenForGood(projectId: string, eventId: string, now: number): boolean {
-    return this.seen(projectId, eventId, now) || this.historyIds.has(projectId, eventId);
+    return this.seen(projectId, eventId, now);
   }
 
   exportEvents(projectId: string, from: string, to: string): AsyncGenerator<StoredEvent[]> {
@@ -185,25 +186,30 @@ export class LmdbBackend implements Backend {
     return storedThisMonth(this.fold.state, projectId, now) + (this.pendingCounts.get(projectId) ?? 0);
   }
 
-  /** InlineFold: append (await the commit), fold in sequence order, then the caller acknowledges. */
-  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<boolean> {
+  /**
+   * InlineFold: append (await the commit), fold in sequence order, then the caller acknowledges. History events whose
+   * id the append's transaction finds stored already are dropped there (HistoryIds.claim) and not counted.
+   */
+  async commit(projectId: string, records: LogRecord[], ids: Set<string>, stored: number): Promise<number | false> {
     let pending = this.pendingIds.get(projectId);
     if (!pending) this.pendingIds.set(projectId, (pending = new Set()));
     for (const id of ids) pending.add(id);
     this.pendingCounts.set(projectId, (this.pendingCounts.get(projectId) ?? 0) + stored);
 
     const appendStarted = performance.now();
+    let kept: readonly LogRecord[] = records;
     // The ids are written in the append's own transaction: durable exactly when their events are.
-    const appended = this.store.append(records, () => {
-      this.ids.writeWith(records);
-      this.historyIds.writeWith(records);
-    });
+    const appended = this.store.append(
+      records,
+      () => this.ids.writeWith(kept),
+      (given) => (kept = this.historyIds.claim(given)),
+    );
     let ok = false;
     const folded = this.foldTail.then(async () => {
       try {
         const first = await appended;
         if (this.ops) this.ops.commitSeconds((performance.now() - appendStarted) / 1000);
-        this.fold.fold(first, records);
+        if (kept.length > 0) this.fold.fold(first, kept);
         this.writeSucceeded();
         ok = true;
       } catch (err) {
@@ -215,7 +221,7 @@ export class LmdbBackend implements Backend {
     });
     this.foldTail = folded;
     await folded;
-    return ok;
+    return ok ? kept.length : false;
   }
 
   async read(q: ReadQuery): Promise<{ value: MetricsResponse | RealtimeResponse } | ReadRefusal> {

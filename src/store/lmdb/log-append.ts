@@ -40,20 +40,25 @@ export class LogAppender {
    * Appends records as one transaction and resolves with their first sequence number once they are committed
    * (and, in `flush` mode, on disk). Transactions run in call order, so sequence numbers follow call order too.
    * `extra` runs inside the same transaction (more writes that must commit with the records, or not at all).
+   * `admit`, when given, runs first in it and returns the records to append (those it drops are not stored): history's
+   * eventIds are claimed there, so a repeat is found by the write that would store it, not by a lookup before.
    *
    * The sequence is taken from the log itself inside the transaction, not counted ahead: a commit that fails (a
    * full disk) leaves no gap for the next one. Writes inside use putSync: the transaction's one promise carries
    * the outcome (per-put promises of a failed commit reject with nobody listening otherwise, which would kill the process).
    */
-  async append(records: readonly LogRecord[], extra?: (firstSeq: number) => void): Promise<number> {
+  async append(given: readonly LogRecord[], extra?: (firstSeq: number) => void, admit?: (records: readonly LogRecord[]) => readonly LogRecord[]): Promise<number> {
     const env = this.env;
     let first = 0;
+    let records = given;
     if (env.gate) await env.gate; // a compaction is swapping the environment
     try {
       await env.log.transaction(() => {
         const fault = env.faults?.fault?.('append');
         if (fault) throw fault;
         first = this.nextInTransaction();
+        if (admit) records = admit(given);
+        if (records.length === 0) return;
         if (this.writeFormat === 2) env.log.putSync(first, encodeFormat2(env.codec.encode(records), records.length));
         else {
           const dict = this.dicts.forAppend(first - 1);

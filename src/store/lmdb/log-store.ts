@@ -110,8 +110,8 @@ export class LogStore {
   }
 
   /** Appends records as one transaction; resolves with their first sequence once committed (see LogAppender.append). */
-  append(records: readonly LogRecord[], extra?: (firstSeq: number) => void): Promise<number> {
-    return this.appender.append(records, extra);
+  append(records: readonly LogRecord[], extra?: (firstSeq: number) => void, admit?: (records: readonly LogRecord[]) => readonly LogRecord[]): Promise<number> {
+    return this.appender.append(records, extra, admit);
   }
 
   /** Records after `afterSeq`, in order, each entry verified as it is read (see LogReader.readAfter). */
