@@ -161,3 +161,42 @@ test('an exact range read again after events reach any of its days counts exactl
   for (let i = 0; i < 5; i++) narrow.add(`u${i}`);
   assert.equal(metrics(state, 'p', 'UTC', days[1]!, days[2]!).users, narrow.size);
 });
+
+test('a range read again after events reach any of its days sums its breakdowns afresh (remembered sums follow every part)', () => {
+  const days = ['2026-11-01', '2026-11-02', '2026-11-03', '2026-11-04', '2026-11-05'];
+  const state = new AnalyticsState();
+  const pages = new Map<string, number>();
+  const sources = new Map<string, number>();
+  let seq = 0;
+  const send = (day: string, n: number, path: string, source: string) => {
+    for (let i = 0; i < n; i++) {
+      const e = visit(day, `${day}-${path}-${seq}`);
+      apply(state, ++seq, { ...e, url: path, path, source });
+      pages.set(path, (pages.get(path) ?? 0) + 1);
+      sources.set(source, (sources.get(source) ?? 0) + 1);
+    }
+  };
+  days.forEach((day, d) => {
+    send(day, 20 + d, '/', 'Direct');
+    send(day, 5, `/day-${d}`, 'Google');
+  });
+  const read = () => metrics(state, 'p', 'UTC', days[0]!, days[4]!);
+  const same = (why: string) => {
+    for (let r = 0; r < 2; r++) {
+      const m = read();
+      assert.deepEqual(new Map(Object.entries(m.pages)), pages, `pages ${why}${r ? ', read again' : ''}`);
+      assert.deepEqual(new Map(Object.entries(m.trafficSources)), sources, `sources ${why}${r ? ', read again' : ''}`);
+    }
+  };
+  same('at first');
+  // the oldest day (settled), a middle day (settled), the newest (recent), a name new to the range on a settled day
+  for (const [day, n, path, source] of [[days[0]!, 7, '/', 'Bing'], [days[2]!, 3, '/day-1', 'Direct'], [days[4]!, 11, '/late', 'Google'], [days[1]!, 2, '/new', 'DuckDuckGo']] as const) {
+    send(day, n, path, source);
+    same(`after events on ${day}`);
+  }
+  // a narrower range shares no remembered sum with the wide one
+  const narrow = metrics(state, 'p', 'UTC', days[3]!, days[4]!);
+  assert.equal(narrow.pages['/'], 23 + 24);
+  assert.equal(narrow.pages['/late'], 11);
+  assert.equal(narrow.pages['/new'], undefined);
+});

@@ -3,7 +3,7 @@ import { formatRate, PROPS_PREFIX, REVENUE_PURCHASES, REVENUE_TOTAL } from './da
 import { addFigures, type DayFigures, type LiveDays, type RangePart, type SealedSource } from './day-view.ts';
 import { addDays, daysBetween, eachDay, isValidDate } from './dates.ts';
 import { MAX_QUERY_DATE, MAX_RANGE_DAYS, MAX_REVENUE_CURRENCIES, MIN_QUERY_DATE, RANGE_EXACT_HASHES, RECENT_RETURNED } from './limits.ts';
-import { exactUsers, sketchedUsers } from './sketch-memo.ts';
+import { breakdownSums, exactUsers, sketchedUsers } from './sketch-memo.ts';
 import type { AnalyticsState } from './state.ts';
 import type { Breakdown, Comparison, DailyFigures, MetricsResponse, RecentEvent, RevenueFigure } from './types.ts';
 
@@ -155,11 +155,7 @@ export function metrics(
   const p = state.projects.get(projectId);
   const parts = rangeParts(state, projectId, from, to, opts.sealed);
   const head = headline(parts, from, to);
-  const sum = (name: string) => {
-    const m = new Map<string, number>();
-    for (const part of parts) part.sumBreakdown(name, m);
-    return m;
-  };
+  const sum = breakdownSums(parts);
   const breakdown = (name: string) => sortedBreakdown(sum(name));
   const props = new Map<string, Map<string, number>>((opts.trackedProps ?? []).map((k) => [k, sum(PROPS_PREFIX + k)]));
 

@@ -5,8 +5,8 @@ import { HyperLogLog } from './hyperloglog.ts';
 import { NumberSet, type RawNumberSet } from './number-table.ts';
 
 /**
- * A range's distinct users, remembered between reads: as a sketch merge for large ranges, as an exact union of the
- * parts' user hashes for ranges of at most RANGE_EXACT_HASHES. Merging a part's 64 KiB sketch costs ~50–130 µs, so a
+ * A range's distinct users and breakdown sums, remembered between reads. Users: as a sketch merge for large ranges, as
+ * an exact union of the parts' user hashes for ranges of at most RANGE_EXACT_HASHES. Merging a part's 64 KiB sketch costs ~50–130 µs, so a
  * 30-day read of large days spent ~4 ms merging the same sketches on every read; the exact union of a busy project's
  * 30 days (~25k hashes) cost 2–3 ms a read the same way. Every part is named by its identity and version (a live
  * day's last folded sequence; a sealed part never changes), so a remembered result is used only for exactly the parts
@@ -21,6 +21,11 @@ import { NumberSet, type RawNumberSet } from './number-table.ts';
 export const SETTLED_MERGES = 64;
 /** Remembered exact unions of settled parts: a table of ≤ 32,768 hashes is ≤ 512 KiB, so ≤ 8 MiB. */
 export const SETTLED_UNIONS = 16;
+/**
+ * Remembered breakdown sums of settled parts (one map per breakdown name: a 30-day sum of capped day breakdowns holds
+ * up to a few thousand names, ~100 KiB), so at most ~25 MiB; a read asks for ~15 of them.
+ */
+export const SETTLED_SUMS = 256;
 /** Remembered whole-range counts: a number and its key (~0.5 KB for a 12-month range) each. */
 export const RANGE_ESTIMATES = 1_024;
 /** Live days of this many newest dates of a range are merged on every read (today and yesterday in any timezone). */
@@ -52,6 +57,7 @@ function recall<T>(map: Map<string, T>, key: string): T | undefined {
 }
 
 const settledMerges = new Map<string, Uint8Array>();
+const settledSums = new Map<string, Map<string, number>>();
 const settledUnions = new Map<string, RawNumberSet>();
 const rangeEstimates = new Map<string, number>();
 
@@ -123,4 +129,29 @@ export function exactUsers(parts: readonly RangePart[], hashes: number): number 
   for (const d of recent) d.forEachUser(add);
   remember(rangeEstimates, whole, union.size, RANGE_ESTIMATES);
   return union.size;
+}
+
+/**
+ * The range's breakdown sums by name (`sumBreakdown` of every part), each adding only the parts that changed since a
+ * read of the same parts onto a copy of the settled parts' sum: a 30-day read of a busy project summed the same 28
+ * days' capped counters again for each of its ~15 breakdowns (~0.6 ms of a ~1.4 ms `metrics()`).
+ */
+export function breakdownSums(parts: readonly RangePart[]): (name: string) => Map<string, number> {
+  const { settled, settledKey, recent } = split(parts, parts.map(partKey));
+  return (name) => {
+    let sum: Map<string, number>;
+    if (settled.length === 0) sum = new Map();
+    else {
+      const key = `${name}\u0000${settledKey}`;
+      let base = recall(settledSums, key);
+      if (!base) {
+        base = new Map();
+        for (const part of settled) part.sumBreakdown(name, base);
+        remember(settledSums, key, base, SETTLED_SUMS);
+      }
+      sum = new Map(base);
+    }
+    for (const part of recent) part.sumBreakdown(name, sum);
+    return sum;
+  };
 }
