@@ -1,6 +1,6 @@
 // long because the compact live forms, sleeping restores and older snapshot layouts share one event generator and fold.
 import assert from 'node:assert/strict';
-import { closeSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, utimesSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
+import { closeSync, fstatSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, utimesSync, writeFileSync, writeSync, mkdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -240,6 +240,44 @@ describe('compact recent-event rings', () => {
 });
 
 describe('days and rings asleep after a restore', () => {
+  test("startup's read ahead checks the file in a thread of its own: intact it restores as a plain read, a changed byte in a day's frame is skipped for the older file", async () => {
+    const events = fc.sample(eventArb, { numRuns: 300, seed: 11 }).map((e, i) => ({ ...e, p: i % 2 === 0 ? 'p_b' : 'p_a' }));
+    const dir = mkdtempSync(path.join(tmpdir(), 'hashed-aside-'));
+    try {
+      const files = new SnapshotFiles(dir);
+      await files.write(toSnapshot(fold(events, new AnalyticsState(), 0, 100)));
+      await files.write(toSnapshot(fold(events, new AnalyticsState(), 0, 200)));
+      await files.close();
+      const answers = (data: SnapshotData | undefined) => {
+        const state = fromSnapshot(data!);
+        return ['p_a', 'p_b'].map((p) => metrics(state, p, 'UTC', DAYS[0]!, DAYS.at(-1)!));
+      };
+      const plain = new SnapshotFiles(dir).loadNewest(200, (f, why) => assert.fail(`${f}: ${why}`));
+      const ahead = new SnapshotFiles(dir);
+      ahead.prefetchNewest();
+      const checked = await ahead.loadNewestChecked(200, (f, why) => assert.fail(`${f}: ${why}`));
+      assert.equal(checked?.lastSeq, 200);
+      assert.deepEqual(answers(checked), answers(plain));
+      // one byte in the middle of the newest file (inside a frame body: its lengths still parse)
+      const newest = path.join(dir, 'snapshots', readdirSync(path.join(dir, 'snapshots')).sort().at(-1)!);
+      const fd = openSync(newest, 'r+');
+      const at = Math.floor(fstatSync(fd).size * 0.6);
+      const b = Buffer.alloc(1);
+      readSync(fd, b, 0, 1, at);
+      b[0] = b[0]! ^ 0x01;
+      writeSync(fd, b, 0, 1, at);
+      closeSync(fd);
+      const skipped: string[] = [];
+      const again = new SnapshotFiles(dir);
+      again.prefetchNewest();
+      const older = await again.loadNewestChecked(200, (f, why) => skipped.push(`${path.basename(f)}: ${why}`));
+      assert.deepEqual(skipped, [`${path.basename(newest)}: checksum mismatch`]);
+      assert.equal(older?.lastSeq, 100, 'the older file instead');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('a state restored from a snapshot file stays asleep until touched, is snapshotted again as it is, and answers like the whole fold', async () => {
     const events = fc.sample(eventArb, { numRuns: 400, seed: 5 }).map((e, i) => ({ ...e, p: i % 3 === 0 ? 'p_b' : 'p_a' }));
     const whole = fold(events);

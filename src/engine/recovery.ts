@@ -28,7 +28,7 @@ export async function recoverState(
   consumers: readonly ReplayConsumer[] = [],
 ): Promise<AnalyticsState> {
   const lastSeq = store.lastSeq();
-  const snap = files.loadNewest(lastSeq, (file, why) => log(`snapshot ${file} skipped (an older one or the log is used instead): ${why}`));
+  const snap = await files.loadNewestChecked(lastSeq, (file, why) => log(`snapshot ${file} skipped (an older one or the log is used instead): ${why}`));
   let state = new AnalyticsState();
   if (snap) {
     try {
