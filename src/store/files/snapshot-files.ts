@@ -1,4 +1,4 @@
-/** This file is long because the writer thread's handle, the frame reader that checks a file and the pruning of old files share one layout. */
+/** This file is long because the writer thread's handle, the frame reader that checks a file (here or beside a hashing thread) and the pruning of old files share one layout. */
 import { createHash, type Hash } from 'node:crypto';
 import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
