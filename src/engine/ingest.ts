@@ -181,8 +181,10 @@ export class Ingest {
     }, rate);
   }
 
-  /** Durable before the answer (LMDB commit or PubAck); nothing to append is no write at all. */
-  /** How many of the records were stored (see Backend.commit), or the 503 of a commit that failed. */
+  /**
+   * Durable before the answer (LMDB commit or PubAck); nothing to append is no write at all. Resolves with how many
+   * records were stored (see Backend.commit), or the 503 of a commit that failed.
+   */
   private async append(projectId: string, records: LogRecord[], ids: Set<string>, stored: number, rate: RateInfo): Promise<Failure | number> {
     if (records.length === 0) return 0;
     const appended = await this.parts.backend.commit(projectId, records, ids, stored);
