@@ -145,7 +145,9 @@ describe('deleting a project in cluster mode', () => {
     const b = await startNode('b', tag, key);
     const [victim, neighbour, part] = await twoInOnePartition(a, key);
     const secret = `erasable-${randomBytes(6).toString('hex')}`;
-    const today = new Date().toISOString().slice(0, 10);
+    // the dates the test's events lie on: from its start to now (it may run over midnight)
+    const firstDay = new Date().toISOString().slice(0, 10);
+    const days = () => `from=${firstDay}&to=${new Date().toISOString().slice(0, 10)}`;
     // Ownership settles (b joins, then takes its share once ready): the partition's owner unchanged for 3 s.
     let seen: { n: Node; since: number } | undefined;
     const owner = await waitForValue(
@@ -163,7 +165,7 @@ describe('deleting a project in cluster mode', () => {
       assert.equal((await api(other.url, '/analytics', { key: victim.keys.secret, body: batch(secret, i * 10, 10) })).status, 200);
       assert.equal((await api(owner.url, '/analytics', { key: neighbour.keys.secret, body: batch('keep', i * 10, 10) })).status, 200);
     }
-    const read = (n: Node, p: CreatedProject) => api(n.url, `/metrics?date=${today}`, { key: p.keys.secret });
+    const read = (n: Node, p: CreatedProject) => api(n.url, `/metrics?${days()}`, { key: p.keys.secret });
     assert.equal((await read(other, victim)).body.pageviews, 30);
     await owner.backend.snapshotNow(); // a snapshot object holding the victim, then a tail after it
     assert.equal((await api(owner.url, '/analytics', { key: victim.keys.secret, body: batch(secret, 30, 5) })).status, 200);
@@ -174,7 +176,7 @@ describe('deleting a project in cluster mode', () => {
 
     // Positive controls: the data is where the erasure must remove it from.
     const usageKv = await new Kvm(nc).open(`analytics_usage_v1_${tag}`);
-    await waitForValue('the victim usage entry', async () => ((await usageKv.get(`usage.${victim.project.id}.${today.slice(0, 7)}`))?.operation === 'PUT' ? true : undefined), 5_000);
+    await waitForValue('the victim usage entry', async () => ((await usageKv.get(`usage.${victim.project.id}.${firstDay.slice(0, 7)}`))?.operation === 'PUT' ? true : undefined), 5_000);
     assert.ok((await streamMessages(tag)).some((m) => m.body.includes(secret)));
     assert.ok([...(await snapshotObjects(tag)).values()].some((s) => s.includes(secret)), 'a snapshot object holds the victim before');
     assert.ok(filesHolding(owner.dataDir, secret).length > 0, "the owner's local snapshot copy holds the victim before");
@@ -187,7 +189,7 @@ describe('deleting a project in cluster mode', () => {
     assert.ok(other.logs.some((l) => l.includes(`project ${victim.project.id} erased in`)), other.logs.join('\n'));
 
     for (const n of [a, b]) {
-      assert.equal((await api(n.url, `/metrics?projectId=${victim.project.id}&date=${today}`, { key })).status, 404);
+      assert.equal((await api(n.url, `/metrics?projectId=${victim.project.id}&${days()}`, { key })).status, 404);
       assert.equal((await read(n, victim)).status, 401);
       assert.deepEqual((await read(n, neighbour)).body, before, `the neighbour is untouched on ${n.id}`);
     }
@@ -216,7 +218,7 @@ describe('deleting a project in cluster mode', () => {
     }
     assert.ok([...objects.values()].some((s) => s.includes('keep')), "the fresh snapshot holds the neighbour");
     for (const n of [a, b]) assert.deepEqual(await waitForValue(`${n.id}'s local copies`, () => (filesHolding(n.dataDir, secret).length === 0 ? [] : undefined), 5_000), []);
-    assert.notEqual((await usageKv.get(`usage.${victim.project.id}.${today.slice(0, 7)}`))?.operation, 'PUT', 'its usage entry is gone');
+    assert.notEqual((await usageKv.get(`usage.${victim.project.id}.${firstDay.slice(0, 7)}`))?.operation, 'PUT', 'its usage entry is gone');
     const catalogKv = await new Kvm(nc).open(`analytics_catalog_v1_${tag}`);
     assert.notEqual((await catalogKv.get(`erase.${victim.project.id}`))?.operation, 'PUT', 'no pending erasure is left');
 
@@ -230,13 +232,13 @@ describe('deleting a project in cluster mode', () => {
     const st3 = await waitForValue('the restarted node folding the partition', () => (back.backend.serving().includes(part) ? stateOf(back, part) : undefined), 20_000);
     assert.equal(st3.projects.has(victim.project.id), false);
     assert.deepEqual((await read(back, neighbour)).body, before);
-    assert.equal((await api(back.url, `/metrics?projectId=${victim.project.id}&date=${today}`, { key })).status, 404);
+    assert.equal((await api(back.url, `/metrics?projectId=${victim.project.id}&${days()}`, { key })).status, 404);
 
     // The same id created again (as a restore would) starts empty.
     const k2 = `sk_${randomBytes(24).toString('base64url')}`;
     await back.backend.catalog.putProject(record, [[hashKey(k2), { kind: 'secret', projectId: record.id, ownerId: record.ownerId, createdAt: Date.now(), id: 'key_again' }]]);
     assert.equal((await api(back.url, '/analytics', { key: k2, body: batch('fresh', 0, 2) })).status, 200);
-    const again = (await api(back.url, `/metrics?date=${today}`, { key: k2 })).body;
+    const again = (await api(back.url, `/metrics?${days()}`, { key: k2 })).body;
     assert.equal(again.pageviews, 2, 'the recreated project counts only its new events');
     console.log(`# erasure answered in ${deleteMs} ms (${msgs.length} messages left in the stream)`);
     await stop(back);

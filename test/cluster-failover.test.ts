@@ -86,10 +86,10 @@ describe('partition owners', () => {
       const p = await createProject(a.url, key);
       const k = p.keys.secret;
       const n = a.backend.partitionOfProject(p.project.id);
-      const today = new Date().toISOString().slice(0, 10);
+      const firstDay = new Date().toISOString().slice(0, 10); // to today when read: the test may run over midnight
       const events = Array.from({ length: 30 }, (_, i) => ({ event: 'page_view', url: `/p${i % 4}`, sessionId: `s${i % 7}`, eventId: `e${i}` }));
       // Reads wait for an owner of the partition (both nodes settle first: SETTLE_MS).
-      const answer = async (url: string) => api(url, `/metrics?date=${today}`, { key: k });
+      const answer = async (url: string) => api(url, `/metrics?from=${firstDay}&to=${new Date().toISOString().slice(0, 10)}`, { key: k });
       let first: Awaited<ReturnType<typeof answer>> | undefined;
       for (const started = Date.now(); Date.now() - started < 15_000; await sleep(50)) {
         const r = await api(b.url, '/analytics', { key: k, body: { events } });

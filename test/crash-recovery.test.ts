@@ -4,7 +4,7 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { api, createProject } from './helpers.ts';
+import { api, createProject, todayUtc } from './helpers.ts';
 import { startServiceProcess, type ServiceProcess } from './service-process.ts';
 
 /** ≥ 20 kills in `npm test`; bench/soak runs more. */
@@ -25,8 +25,11 @@ interface Sent {
   acked: boolean;
 }
 
+/** The UTC date the test started on: its counts are read from there to today (it may run over midnight). */
+const FIRST_DAY = todayUtc();
+
 async function crashCount(url: string, key: string): Promise<number> {
-  const m = await api(url, '/metrics', { key });
+  const m = await api(url, `/metrics?from=${FIRST_DAY}&to=${todayUtc()}`, { key });
   assert.equal(m.status, 200);
   return (m.body.events.crash as number | undefined) ?? 0;
 }
