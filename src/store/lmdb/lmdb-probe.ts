@@ -32,12 +32,13 @@ export interface WalkResult {
 
 /**
  * Records the walk reads one by one (~4 µs each on 2 shared cores, so ~2 s at most added to a start); tables past
- * it are sampled. Measured in bench/lmdb-walk.ts (docs/reliability.md).
+ * it are sampled. Past its first 20,000 records or 4 MiB the walk also stops at a time (lmdb-walk.mjs WALK_TIME_MS).
+ * Measured in bench/lmdb-walk.ts (docs/reliability.md).
  */
 export const WALK_BUDGET_RECORDS = 500_000;
 
 /** Walks `file` in a child process: every record of the smaller tables up to `budget`, a sample of the rest. */
-export function walkEnvironment(file: string, opts: { budget?: number } = {}): WalkResult {
+export function walkEnvironment(file: string, opts: WalkOptions = {}): WalkResult {
   const started = performance.now();
   const r = spawnSync(process.execPath, walkArgs(file, opts), { encoding: 'utf8', timeout: WALK_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 20 });
   return walkOutcome({ error: r.error, signal: r.signal, status: r.status, stdout: r.stdout, stderr: r.stderr }, Math.round(performance.now() - started));
@@ -47,7 +48,7 @@ export function walkEnvironment(file: string, opts: { budget?: number } = {}): W
  * The same walk without blocking: the service reads its snapshot file meanwhile (the walk runs on another core), and
  * opens LMDB only once the walk has said the file is sound.
  */
-export function walkEnvironmentAsync(file: string, opts: { budget?: number } = {}): Promise<WalkResult> {
+export function walkEnvironmentAsync(file: string, opts: WalkOptions = {}): Promise<WalkResult> {
   const started = performance.now();
   return new Promise((resolve) => {
     const child = spawn(process.execPath, walkArgs(file, opts), { stdio: ['ignore', 'pipe', 'pipe'], timeout: WALK_TIMEOUT_MS });
@@ -61,8 +62,14 @@ export function walkEnvironmentAsync(file: string, opts: { budget?: number } = {
   });
 }
 
-function walkArgs(file: string, opts: { budget?: number }): string[] {
-  return [WALK, file, String(opts.budget ?? WALK_BUDGET_RECORDS)];
+/** `budget`: records walked one by one at most; `timeMs`: the walk's time once its floor is read (lmdb-walk.mjs). */
+export interface WalkOptions {
+  budget?: number;
+  timeMs?: number;
+}
+
+function walkArgs(file: string, opts: WalkOptions): string[] {
+  return [WALK, file, String(opts.budget ?? WALK_BUDGET_RECORDS), ...(opts.timeMs === undefined ? [] : [String(opts.timeMs)])];
 }
 
 /** What the walk's exit says: a signal or an error is damage (or a walk that could not run), else its JSON line. */
