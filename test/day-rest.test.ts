@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
@@ -135,6 +135,77 @@ describe('live days put back to sleep', () => {
       assert.deepEqual(answers(restored), expected);
       fold(evs, restored, half + 50);
       assert.deepEqual(answers(restored), answers(fold(evs)));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a slept day moves onto the snapshot file once written (its bytes leave memory), then onto each newer file; it answers, wakes and restores the same', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'day-rest-'));
+    try {
+      const state = fold(evs, new AnalyticsState(), 0, half);
+      const expected = answers(fold(evs, new AnalyticsState(), 0, half));
+      const files = new SnapshotFiles(dir);
+      const snapshotter = new Snapshotter(state, files);
+      await snapshotter.write();
+      for (const d of days(state)) sleepDay(d);
+      assert.ok(days(state).every((d) => d.storedAt() === undefined), 'put to sleep on bytes in memory');
+      await snapshotter.write();
+      const first = files.newestFile();
+      assert.equal(snapshotter.rehomed, days(state).length);
+      assert.ok(days(state).every((d) => d.isAsleep && d.storedAt()?.file === first), 'every day sleeps on the file just written');
+      assert.deepEqual(answers(state), expected);
+
+      // Each write moves them onto the newest file, so an older one can close; the first is pruned by the third. (A
+      // clock record moves the sequence, which names the file, and touches no day.)
+      const tick = () => apply(state, state.lastSeq + 1, { t: 'k', rt: RT });
+      tick();
+      await snapshotter.write();
+      const second = files.newestFile();
+      assert.notEqual(second, first);
+      assert.ok(days(state).every((d) => d.storedAt()?.file === second));
+      tick();
+      await snapshotter.write();
+      assert.ok(!existsSync(first!), 'the first file is pruned');
+      assert.deepEqual(answers(state), expected);
+
+      // A writer that holds nothing (another SnapshotFiles, as after its thread died) copies them from their file.
+      await snapshotter.close();
+      const files2 = new SnapshotFiles(dir);
+      const again = new Snapshotter(state, files2);
+      await again.write();
+      await again.close();
+      const restored = fromSnapshot(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!);
+      assert.deepEqual(answers(restored), expected);
+
+      // The rest of the log wakes every day from its file and ends as the whole fold.
+      fold(evs, state, half);
+      assert.ok(days(state).every((d) => !d.isAsleep));
+      assert.deepEqual(answers(state), answers(fold(evs)));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a day asleep on a file this process wrote names the file when its bytes changed on disk', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'day-rest-'));
+    try {
+      const state = fold(evs, new AnalyticsState(), 0, half);
+      const files = new SnapshotFiles(dir);
+      const snapshotter = new Snapshotter(state, files);
+      for (const d of days(state)) sleepDay(d);
+      await snapshotter.write();
+      await snapshotter.close();
+      const d = days(state)[0]!;
+      const at = d.storedAt()!;
+      // the same bytes written back over themselves with one flipped: the size stays, the CRC-32 does not match
+      const fd = openSync(at.file, 'r+');
+      const b = Buffer.alloc(1);
+      readSync(fd, b, 0, 1, at.at + 10);
+      b[0]! ^= 0xff;
+      writeSync(fd, b, 0, 1, at.at + 10);
+      closeSync(fd);
+      assert.throws(() => d.storedDay!.bytes, (err: Error) => err.message.includes(at.file) && /changed on disk/.test(err.message));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -429,7 +429,8 @@ describe('the snapshot writer holds idle state by place, not by bytes', () => {
       }
       state.lastSeq = cut + 2;
       await assert.rejects(snapshotter.write(), /changed on disk/);
-      // ...and the one after it is written from memory (the asleep bytes the service still holds), whole and correct.
+      // ...and the one after it sends the asleep days as bytes: those moved onto the changed file are read from the file
+      // they were moved from (the restored one), so it is whole and correct.
       state.lastSeq = cut + 3;
       await snapshotter.write();
       await files.close();

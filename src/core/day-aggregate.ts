@@ -350,8 +350,10 @@ export interface StoredDay {
   readonly bytes: Uint8Array;
   /** `bytes.length`, known without reading them */
   length: number;
-  /** where `bytes` start in the snapshot file they were read from (the writer copies them from there, not from memory) */
+  /** where `bytes` start in the snapshot file they are in (the writer copies them from there, not from memory) */
   at?: number;
+  /** that file, when they are in one */
+  readonly file?: string;
   load(): DaySnapshot;
 }
 
@@ -419,10 +421,26 @@ export class DayAggregate implements RangePart {
     return this.stored?.bytes;
   }
 
-  /** Where the stored bytes are in the snapshot file they came from, while the day sleeps and that is known. */
-  storedAt(): { at: number; length: number } | undefined {
+  /** Where the stored bytes are in a snapshot file, while the day sleeps on bytes in one. */
+  storedAt(): { file: string; at: number; length: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined ? undefined : { at: s.at, length: s.length };
+    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length };
+  }
+
+  /** The stored bytes the day sleeps on (the object itself: see rehome), undefined while it is awake. */
+  get storedDay(): StoredDay | undefined {
+    return this.state === undefined ? this.stored : undefined;
+  }
+
+  /**
+   * Moves a sleeping day from the bytes `from` to `to`, the same snapshot form of the same sequences kept elsewhere
+   * (in a snapshot file instead of memory); false when the day woke or slept again on other bytes since `from`.
+   */
+  rehome(from: StoredDay, to: StoredDay): boolean {
+    if (this.state !== undefined || this.stored !== from) return false;
+    if (to.day !== from.day || to.firstSeq !== from.firstSeq || to.lastSeq !== from.lastSeq) throw new Error(`a day moves only onto its own bytes (${this.day} ${this.firstSeq}-${this.lastSeq})`);
+    this.stored = to;
+    return true;
   }
 
   /** While asleep: the day's sealed form (what sealDay gives), built from its bytes without waking it. */

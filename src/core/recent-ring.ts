@@ -36,6 +36,8 @@ export interface StoredRing {
   length: number;
   /** where `bytes` start in the snapshot file they were read from (see StoredDay.at) */
   at?: number;
+  /** that file */
+  readonly file?: string;
   load(): PackedRing | Array<string | number>;
 }
 
@@ -195,9 +197,9 @@ export class RecentRing {
   }
 
   /** Where the stored bytes are in the snapshot file they came from, while the ring sleeps and that is known. */
-  storedAt(): { at: number; length: number } | undefined {
+  storedAt(): { file: string; at: number; length: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined ? undefined : { at: s.at, length: s.length };
+    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length };
   }
 
   /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */

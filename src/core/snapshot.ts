@@ -62,9 +62,10 @@ export interface SnapshotData {
 export interface Encoded {
   key: string;
   bytes?: Uint8Array;
-  /** instead of bytes: where they are in the snapshot file the state was restored from (the writer reads them there) */
+  /** instead of bytes: where they are in a snapshot file (the writer reads them there) */
   at?: number;
   length?: number;
+  file?: string;
 }
 
 /** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */

@@ -1,4 +1,5 @@
 import { serialize } from 'node:v8';
+import type { DayAggregate, StoredDay } from '../core/day-aggregate.ts';
 import { daySnapshot, toSnapshot, type Encoded } from '../core/snapshot.ts';
 import type { AnalyticsState } from '../core/state.ts';
 import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
@@ -8,8 +9,10 @@ import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
  * consistent point (the live state as of `lastSeq`: hash tables copied with a memcpy each, no per-key work) and
  * serialized, hashed and written by a worker thread; only one is written at a time.
  */
-/** Main-thread time per warm-up slice: well under the 50 ms a request may wait. */
+/** Main-thread time per warm-up or rehoming slice: well under the 50 ms a request may wait. */
 const PREWARM_SLICE_MS = 8;
+/** Days rehomed between two looks at the clock (one is a comparison and a small object). */
+const REHOME_CHECK_EVERY = 256;
 
 export class Snapshotter {
   private writing: Promise<void> | undefined;
@@ -22,15 +25,14 @@ export class Snapshotter {
    */
   private readonly sent = new Map<string, string>();
   /**
-   * Days and rings asleep since the restore are sent by place (where they are in the restored file) until a write
-   * fails; then as bytes. Only the first capture after a restart sends places: after it every key is sent.
+   * Days and rings asleep on a snapshot file (restored from it, or moved onto it after a write) are sent by place
+   * when the writer does not hold them (the first capture after a restart or a new writer thread) until a write
+   * fails; then as bytes.
    */
   private byPlace = true;
-
-  private get sendsPlaces(): boolean {
-    return this.byPlace && this.files.restoredFrom !== undefined;
-  }
   private writerGeneration = -1;
+  /** days moved from bytes in memory onto the file just written (operator figure and tests) */
+  rehomed = 0;
 
   constructor(
     private readonly state: AnalyticsState,
@@ -52,16 +54,27 @@ export class Snapshotter {
       this.writerGeneration = generation;
     }
     const seen = new Set<string>();
+    // every day in frame order with the bytes it sleeps on now: after the write, those still asleep on them move onto
+    // the file (rehome)
+    const days: DayAggregate[] = [];
+    const asleepOn: Array<StoredDay | undefined> = [];
     const data = toSnapshot(
       this.state,
       (id, ring) => this.encode(`r\u0000${id}`, String(ring.version), seen, () => ring.packed(), ring.storedAt()),
-      (id, day) => this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day), day.storedAt()),
+      (id, day) => {
+        days.push(day);
+        asleepOn.push(day.storedDay);
+        return this.encode(`d\u0000${id}\u0000${day.day}`, `${day.firstSeq}:${day.lastSeq}`, seen, () => daySnapshot(day), day.storedAt());
+      },
     );
     for (const key of this.sent.keys()) if (!seen.has(key)) this.sent.delete(key);
     const replaceAll = opts.replaceAll === true || this.purgePending;
     this.purgePending = false;
     const run = this.files.write(data, { replaceAll }).then(
-      ({ bytes }) => this.onWritten?.((performance.now() - started) / 1000, bytes),
+      (w) => {
+        this.onWritten?.((performance.now() - started) / 1000, w.bytes);
+        return w;
+      },
       (err: unknown) => {
         this.sent.clear(); // send everything next time
         this.byPlace = false; // as bytes: the restored file may be what failed, or gone
@@ -73,10 +86,38 @@ export class Snapshotter {
       () => {},
       () => {},
     );
+    let written: { file: string; places: Float64Array };
     try {
-      await run;
+      written = await run;
     } finally {
       this.writing = undefined;
+    }
+    await this.rehome(days, asleepOn, written.file, written.places);
+  }
+
+  /**
+   * A day that slept at the capture and still sleeps on the same bytes is moved onto its frame in the file just
+   * written: its bytes leave memory (a day put to sleep since the last snapshot holds them), and a day on an older
+   * file moves too, so at most the newest files stay open (an older one is closed once no day is left on it). The
+   * file then holds what the writer copies next time, by the place it noted. In slices between requests.
+   */
+  private async rehome(days: DayAggregate[], asleepOn: Array<StoredDay | undefined>, file: string, places: Float64Array): Promise<void> {
+    if (places.length !== days.length * 3) return; // a writer that gave no places (or another capture's): leave them
+    const place = this.files.placer(file);
+    let sliceStart = performance.now();
+    for (let i = 0; i < days.length; i++) {
+      if (i % REHOME_CHECK_EVERY === 0 && performance.now() - sliceStart > PREWARM_SLICE_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        sliceStart = performance.now();
+      }
+      const from = asleepOn[i];
+      const at = places[i * 3]!;
+      if (from === undefined || Number.isNaN(at)) continue;
+      const d = days[i]!;
+      if (d.storedDay !== from) continue;
+      const to = place(from, at, places[i * 3 + 1]!, places[i * 3 + 2]!);
+      if (to === undefined) return; // the file is gone already: a later write moves them
+      if (d.rehome(from, to) && from.at === undefined) this.rehomed++;
     }
   }
 
@@ -104,7 +145,7 @@ export class Snapshotter {
       await new Promise((resolve) => setImmediate(resolve));
       sliceStart = performance.now();
     };
-    const byPlace = this.sendsPlaces;
+    const byPlace = this.byPlace;
     for (const [id, p] of [...this.state.projects]) {
       if (!(byPlace && p.recent.storedAt())) batch.push(this.encode(`r\u0000${id}`, String(p.recent.version), seen, () => p.recent.packed()));
       for (const day of [...p.days.values()]) {
@@ -117,14 +158,14 @@ export class Snapshotter {
   }
 
   /**
-   * `stored`: where a day or ring still asleep since the restore has its bytes in the file it was restored from. The
-   * writer is told that place instead of given a copy, so it does not hold a second copy of every idle project.
+   * `stored`: where a sleeping day or ring has its bytes in a snapshot file. The writer is told that place instead of
+   * given a copy, so it does not hold a second copy of every idle project.
    */
-  private encode(key: string, version: string, seen: Set<string>, value: () => unknown, stored?: { at: number; length: number }): Encoded {
+  private encode(key: string, version: string, seen: Set<string>, value: () => unknown, stored?: { file: string; at: number; length: number }): Encoded {
     seen.add(key);
     if (this.sent.get(key) === version) return { key };
     this.sent.set(key, version);
-    if (stored && this.sendsPlaces) return { key, ...stored };
+    if (stored && this.byPlace) return { key, ...stored };
     const v = value();
     // A day or ring still asleep since the restore gives its stored bytes: written again as they are.
     return { key, bytes: v instanceof Uint8Array ? v : serialize(v) };

@@ -4,6 +4,7 @@ import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSyn
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
+import { crc32 } from 'node:zlib';
 import { Worker } from 'node:worker_threads';
 import type { StoredDay } from '../../core/day-aggregate.ts';
 import type { PackedRing } from '../../core/recent-ring.ts';
@@ -54,7 +55,7 @@ export class SnapshotFiles {
   restoredFrom: string | undefined;
   /** the newest file read ahead by prefetchNewest, for loadNewest */
   private prefetched: { file: string; data?: SnapshotData; pending?: Promise<void>; error?: Error } | undefined;
-  private readonly waiting = new Map<number, { resolve: (bytes: number) => void; reject: (err: Error) => void }>();
+  private readonly waiting = new Map<number, { resolve: (r: { bytes: number; places?: Float64Array }) => void; reject: (err: Error) => void }>();
 
   /** `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress. */
   constructor(dataDir: string, opts: { inspectOnly?: boolean } = {}) {
@@ -73,10 +74,11 @@ export class SnapshotFiles {
 
   /**
    * Hands the captured state to the writer thread, transferring its typed arrays (they are copies made by the
-   * capture, so nothing else holds them). Resolves with the file once it is durable. `replaceAll` removes every
-   * other snapshot once this one is durable (they may hold erased data).
+   * capture, so nothing else holds them). Resolves with the file once it is durable, and where each encoded day
+   * landed in it (`places`, see snapshot-worker.mjs writeTo; `placeDay` turns one into a day's stored bytes).
+   * `replaceAll` removes every other snapshot once this one is durable (they may hold erased data).
    */
-  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<{ file: string; bytes: number }> {
+  async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<{ file: string; bytes: number; places: Float64Array }> {
     const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
     // Typed arrays of days given as data are copies made by the capture: transfer them instead of copying again.
     // Days and rings the caller serialized are fresh too (unchanged ones come as their key alone).
@@ -102,17 +104,42 @@ export class SnapshotFiles {
     const transfer = worthTransferring(owned);
     const worker = this.startWorker();
     const id = this.nextId++;
-    const done = new Promise<number>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
+    const done = new Promise<{ bytes: number; places?: Float64Array }>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
     worker.ref();
     worker.postMessage({ id, data, file, source: this.restoredFrom }, transfer);
-    let bytes: number;
+    let written: { bytes: number; places?: Float64Array };
     try {
-      bytes = await done;
+      written = await done;
     } finally {
       if (this.waiting.size === 0) worker.unref();
     }
     await this.prune(opts.replaceAll === true ? path.basename(file) : undefined);
-    return { file, bytes };
+    return { file, bytes: written.bytes, places: written.places ?? new Float64Array(0) };
+  }
+
+  /**
+   * Days' stored bytes in `file`, a snapshot this process wrote (`places` of write): a sleeping day moved onto them
+   * holds no copy in memory (Snapshotter). One handle for the file, opened on the first day placed and closed once no
+   * day placed on it is reachable; undefined for every day when the file is already gone (a later write pruned it).
+   */
+  placer(file: string): DayPlacer {
+    let held: HeldFile | null | undefined;
+    return (from, at, length, crc) => {
+      if (held === undefined) {
+        try {
+          const fd = openSync(file, 'r');
+          held = new HeldFile(fd, file);
+          closeWhenUnreachable.register(held, fd);
+        } catch {
+          held = null;
+        }
+      }
+      if (held === null) return undefined;
+      // one step back only (see FileDay): the file before `from`'s is let go
+      const fallback = from instanceof FileDay ? from : undefined;
+      if (fallback) fallback.fallback = undefined;
+      return new FileDay(from.day, from.firstSeq, from.lastSeq, at, length, held, crc, fallback);
+    };
   }
 
   /**
@@ -136,11 +163,11 @@ export class SnapshotFiles {
     if (this.worker) return this.worker;
     // execArgv: [] keeps the parent's --import (the TypeScript loader) out of the thread.
     const w = new Worker(WRITER, { workerData: { magic: new Uint8Array(MAGIC) }, execArgv: [] });
-    w.on('message', (m: { id: number; ok: boolean; bytes?: number; message?: string }) => {
+    w.on('message', (m: { id: number; ok: boolean; bytes?: number; places?: Float64Array; message?: string }) => {
       const p = this.waiting.get(m.id);
       if (!p) return;
       this.waiting.delete(m.id);
-      if (m.ok) p.resolve(m.bytes ?? 0);
+      if (m.ok) p.resolve({ bytes: m.bytes ?? 0, places: m.places });
       else p.reject(new Error(m.message ?? 'snapshot write failed'));
     });
     w.on('error', (err) => {
@@ -241,10 +268,16 @@ export class SnapshotFiles {
     return first === undefined ? 0 : Number(NAME.exec(first)![1]);
   }
 
+  /** The newest snapshot file's path, if there is one. */
+  newestFile(): string | undefined {
+    const newest = this.files().at(-1);
+    return newest === undefined ? undefined : path.join(this.dir, newest);
+  }
+
   /** Size of the newest snapshot file (0: none yet); what the operator gauge shows from the start. */
   newestBytes(): number {
-    const newest = this.files().at(-1);
-    return newest === undefined ? 0 : statSync(path.join(this.dir, newest)).size;
+    const newest = this.newestFile();
+    return newest === undefined ? 0 : statSync(newest).size;
   }
 
   files(): string[] {
@@ -470,7 +503,7 @@ function readFrames(file: string, lazy: boolean, hashHere: boolean): { data: Sna
 }
 
 /**
- * A checked snapshot file held open while days or rings restored from it sleep: their bytes are read from it when
+ * A checked snapshot file held open while days or rings restored from it (or moved onto it, see placer) sleep: their bytes are read from it when
  * asked for (a wake, a first read, a snapshot that cannot copy them by place), so a restored state does not hold its
  * file's bytes in memory. Open, the file stays readable after a newer snapshot prunes it (its disk space is freed when
  * the last of them woke or sealed and the handle was collected). The file is never written after it is renamed into
@@ -487,7 +520,7 @@ class HeldFile {
   }
 
   read(at: number, length: number): Uint8Array {
-    if (fstatSync(this.fd).mtimeMs !== this.mtimeMs) throw new Error(`${this.file} was changed on disk after it was checked at startup; restart to restore from the log`);
+    if (fstatSync(this.fd).mtimeMs !== this.mtimeMs) throw new Error(`${this.file} was changed on disk after it was written or checked; restart to restore from the log`);
     return readRange(this.fd, at, length);
   }
 }
@@ -501,16 +534,26 @@ const closeWhenUnreachable = new FinalizationRegistry<number>((fd) => {
   }
 });
 
-/** A day's or ring's frame body left in the held file (see HeldFile): read and decoded when asked for. */
+/**
+ * A day's or ring's frame body left in the held file (see HeldFile): read and decoded when asked for. `crc`: the
+ * CRC-32 the writer took of a frame this process wrote (a file read at startup was checked whole instead).
+ */
 class FilePlace<T> {
   constructor(
     readonly at: number,
     readonly length: number,
     private readonly held: HeldFile,
+    private readonly crc?: number,
   ) {}
 
+  get file(): string {
+    return this.held.file;
+  }
+
   get bytes(): Uint8Array {
-    return this.held.read(this.at, this.length);
+    const b = this.held.read(this.at, this.length);
+    if (this.crc !== undefined && crc32(b) !== this.crc) throw new Error(`${this.held.file} changed on disk at byte ${this.at} after it was written; restart to restore from the log`);
+    return b;
   }
 
   load(): T {
@@ -518,7 +561,12 @@ class FilePlace<T> {
   }
 }
 
-/** A day restored asleep: its name and sequences, and its place in the held file. */
+/**
+ * A day asleep on a snapshot file: its name and sequences, and its place in the held file. A day moved onto a file
+ * this process wrote keeps the place it was moved from when that was in a file too (`fallback`: the previous
+ * snapshot, or the restored one): if the newer file changed on disk, its bytes are read from there instead, so one
+ * damaged snapshot costs a failed write, not the day. Only one step back is kept, so at most two files stay open.
+ */
 class FileDay extends FilePlace<DaySnapshot> implements StoredDay {
   constructor(
     readonly day: string,
@@ -527,10 +575,24 @@ class FileDay extends FilePlace<DaySnapshot> implements StoredDay {
     at: number,
     length: number,
     held: HeldFile,
+    crc?: number,
+    public fallback?: FileDay,
   ) {
-    super(at, length, held);
+    super(at, length, held, crc);
+  }
+
+  override get bytes(): Uint8Array {
+    try {
+      return super.bytes;
+    } catch (err) {
+      if (this.fallback === undefined) throw err;
+      return this.fallback.bytes;
+    }
   }
 }
+
+/** Makes a day's stored bytes of a place in a file this process wrote (see SnapshotFiles.placer). */
+export type DayPlacer = (from: StoredDay, at: number, length: number, crc: number) => StoredDay | undefined;
 
 /** `length` bytes of the file at `offset`, in a buffer of their own. */
 function readRange(fd: number, offset: number, length: number): Uint8Array {

@@ -93,8 +93,9 @@ class CopyReader {
 function resolve(e, copies, source) {
   if (e.bytes) held.set(e.key, { bytes: e.bytes });
   else if (e.at !== undefined && e.length !== undefined) {
-    if (source === undefined) throw new Error(`${e.key} is given by place, but no restored file is named`);
-    const body = copies.read(source, e.at, e.length);
+    const from = e.file ?? source;
+    if (from === undefined) throw new Error(`${e.key} is given by place, but no file is named`);
+    const body = copies.read(from, e.at, e.length);
     return { body, crc: crc32(body) };
   }
   const h = held.get(e.key);
@@ -105,7 +106,11 @@ function resolve(e, copies, source) {
   return { body, crc: h.crc };
 }
 
-/** @param {WriteRequest} req @returns {Promise<number>} */
+/**
+ * @param {WriteRequest} req
+ * @returns {Promise<{ bytes: number, places: Float64Array }>} the file's size, and where each day landed in it (see
+ * writeTo)
+ */
 async function write({ data, file, source }) {
   const tmp = `${file}.tmp`;
   try {
@@ -116,11 +121,20 @@ async function write({ data, file, source }) {
   }
 }
 
-/** @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source @returns {Promise<number>} */
+/**
+ * @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source
+ * @returns {Promise<{ bytes: number, places: Float64Array }>} `places`: three numbers per day frame, in the order of
+ * the days in `data` (project by project): where its body starts in the file, its length and its CRC-32; NaN for a day
+ * given as data rather than encoded. The main thread moves sleeping days onto the file with them (Snapshotter).
+ */
 async function writeTo(tmp, data, file, source) {
   /** where each day and ring lands in this file: what `held` becomes once the file is durable */
   /** @type {Map<string, Held>} */
   const next = new Map();
+  let dayCount = 0;
+  for (const p of data.projects) dayCount += p.days.length;
+  const places = new Float64Array(dayCount * 3).fill(NaN);
+  let dayNo = 0;
   const copies = new CopyReader();
   const fh = await openFile(tmp, 'w', 0o600);
   const hash = createHash('sha256');
@@ -152,7 +166,9 @@ async function writeTo(tmp, data, file, source) {
   };
   const encoded = async (/** @type {Encoded} */ e) => {
     const { body, crc } = resolve(e, copies, source);
-    next.set(e.key, { file, at: await frame(body), length: body.length, crc });
+    const place = { file, at: await frame(body), length: body.length, crc };
+    next.set(e.key, place);
+    return place;
   };
   try {
     await fh.write(MAGIC);
@@ -163,8 +179,11 @@ async function writeTo(tmp, data, file, source) {
       if (isEncoded(recent)) await encoded(recent);
       else await frame(recent);
       for (const d of days) {
-        if (isEncoded(d)) await encoded(d);
-        else await frame(d);
+        if (isEncoded(d)) {
+          const { at, length, crc } = await encoded(d);
+          places.set([at, length, crc], dayNo * 3);
+        } else await frame(d);
+        dayNo++;
       }
     }
     await flush();
@@ -186,7 +205,7 @@ async function writeTo(tmp, data, file, source) {
   } finally {
     await dir.close();
   }
-  return bytes;
+  return { bytes, places };
 }
 
 /**
@@ -207,7 +226,7 @@ parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ r
     return;
   }
   write(req).then(
-    (bytes) => parentPort.postMessage({ id: req.id, ok: true, bytes }),
+    ({ bytes, places }) => parentPort.postMessage({ id: req.id, ok: true, bytes, places }, [places.buffer]),
     (err) => parentPort.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
   );
 });
