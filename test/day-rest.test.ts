@@ -150,9 +150,11 @@ describe('live days put back to sleep', () => {
       await snapshotter.write();
       for (const d of days(state)) sleepDay(d);
       assert.ok(days(state).every((d) => d.storedAt() === undefined), 'put to sleep on bytes in memory');
+      const inMemory = days(state).map((d) => d.storedBytes()!);
       await snapshotter.write();
       const first = files.newestFile();
       assert.equal(snapshotter.rehomed, days(state).length);
+      assert.ok(inMemory.every((b) => b.byteLength === 0), 'the bytes in memory are freed at once (detached)');
       assert.ok(days(state).every((d) => d.isAsleep && d.storedAt()?.file === first), 'every day sleeps on the file just written');
       assert.deepEqual(answers(state), expected);
 

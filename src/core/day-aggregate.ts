@@ -355,6 +355,11 @@ export interface StoredDay {
   /** that file, when they are in one */
   readonly file?: string;
   load(): DaySnapshot;
+  /**
+   * Bytes held in memory only: frees them at once, once the day has moved onto a copy elsewhere (rehome), instead of
+   * leaving them to the next full collection (they were allocated long before and live in the old generation).
+   */
+  release?(): void;
 }
 
 /**

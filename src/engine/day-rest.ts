@@ -56,5 +56,15 @@ export class DayRest {
 /** Encodes an awake day as its snapshot bytes and puts it to sleep on them. */
 export function sleepDay(d: DayAggregate): void {
   const bytes = serialize(daySnapshot(d));
-  d.sleep({ day: d.day, firstSeq: d.firstSeq, lastSeq: d.lastSeq, bytes, length: bytes.length, load: () => deserialize(bytes) as DaySnapshot });
+  d.sleep({
+    day: d.day,
+    firstSeq: d.firstSeq,
+    lastSeq: d.lastSeq,
+    bytes,
+    length: bytes.length,
+    load: () => deserialize(bytes) as DaySnapshot,
+    // Transferring the buffer detaches it here: its memory goes with the clone, which nothing keeps (v8.serialize
+    // gives a buffer of its own, so nothing else is in it).
+    release: () => void structuredClone(bytes.buffer, { transfer: [bytes.buffer] }),
+  });
 }

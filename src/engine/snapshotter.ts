@@ -117,7 +117,9 @@ export class Snapshotter {
       if (d.storedDay !== from) continue;
       const to = place(from, at, places[i * 3 + 1]!, places[i * 3 + 2]!);
       if (to === undefined) return; // the file is gone already: a later write moves them
-      if (d.rehome(from, to) && from.at === undefined) this.rehomed++;
+      if (!d.rehome(from, to) || from.file !== undefined) continue;
+      this.rehomed++;
+      from.release?.(); // its bytes were in memory: nothing reads them any more
     }
   }
 

@@ -1,6 +1,6 @@
 /** This file is long because the writer thread's handle, the frame reader that checks a file (here or beside a hashing thread) and the pruning of old files share one layout. */
 import { createHash, type Hash } from 'node:crypto';
-import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
+import { close, closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { deserialize } from 'node:v8';
@@ -525,13 +525,14 @@ class HeldFile {
   }
 }
 
-/** Closes a held snapshot file once nothing restored from it sleeps any more (the handle was collected). */
+/**
+ * Closes a held snapshot file once nothing asleep on it is left (the handle was collected). Off the main thread
+ * (libuv's pool), as prune removes files: the file is usually pruned by then, and the last close of a removed file of
+ * a few hundred MB frees its extents inside the call (tens to hundreds of ms), which with days moving onto each new
+ * snapshot comes once per snapshot.
+ */
 const closeWhenUnreachable = new FinalizationRegistry<number>((fd) => {
-  try {
-    closeSync(fd);
-  } catch {
-    /* already closed */
-  }
+  close(fd, () => {}); // an error here means it was closed already
 });
 
 /**
