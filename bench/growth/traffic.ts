@@ -26,6 +26,12 @@ function zipf(n: number): Float64Array {
   return c;
 }
 
+/** Each project's expected share of the events (ids[i] is rank i + 1): what traffic's picks converge to. */
+export function zipfShares(n: number): Float64Array {
+  const c = zipf(n);
+  return c.map((x, i) => x - (i === 0 ? 0 : c[i - 1]!));
+}
+
 function pick(c: Float64Array, x: number): number {
   let lo = 0;
   let hi = c.length - 1;

@@ -81,7 +81,15 @@ export function sealAt(day: string): number {
  * record, so folding the log always gives the same state as the live path did. Days whose window closed (judged by
  * the records' receive times) are queued in `sealQueue`.
  */
-export function apply(state: AnalyticsState, seq: number, record: FoldRecord): void {
+/**
+ * Parts of the fold a caller may leave out for a record (apply's `omit`), when it knows the final state cannot hold
+ * what they would add: the growth bench's bulk build folds a year of traffic, and a project's ring keeps only its
+ * newest RECENT_RING_SIZE events and realtime only the last REALTIME_KEPT_MS. The service never omits anything.
+ */
+export const OMIT_RECENT = 1;
+export const OMIT_REALTIME = 2;
+
+export function apply(state: AnalyticsState, seq: number, record: FoldRecord, omit = 0): void {
   if (record.t === 'x') {
     state.lastSeq = seq; // erased: nothing to fold
     return;
@@ -89,19 +97,19 @@ export function apply(state: AnalyticsState, seq: number, record: FoldRecord): v
   if (record.t === 'k') {
     if (record.rt > state.maxRt) state.maxRt = record.rt; // the clock moves: maybe days to seal, minutes to prune
   } else {
-    foldRecord(state, seq, record);
+    foldRecord(state, seq, record, omit);
   }
   state.lastSeq = seq;
   if (state.maxRt >= state.nextSealCheck) collectSealable(state);
   if (state.maxRt >= state.nextRealtimePrune) pruneRealtime(state);
 }
 
-function foldRecord(state: AnalyticsState, seq: number, record: StoredEvent | BotRecord): void {
+function foldRecord(state: AnalyticsState, seq: number, record: StoredEvent | BotRecord, omit: number): void {
   const p = state.project(record.p);
   if (record.rt > state.maxRt) state.maxRt = record.rt;
   switch (record.t) {
     case 'e':
-      applyEvent(state, p, seq, record);
+      applyEvent(state, p, seq, record, omit);
       break;
     case 'b':
       state.day(p, record.day, seq).bots++;
@@ -215,19 +223,20 @@ export function rememberedIdCount(state: AnalyticsState): number {
   return n;
 }
 
-function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent): void {
+function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: StoredEvent, omit: number): void {
   const session = hash53(e.sessionId);
   const day = state.day(p, e.day, seq);
   day.apply(e, session);
+  const recent = (omit & OMIT_RECENT) === 0;
   if (e.h === 1) {
     // History: counted in its day (the recent ring keeps it by its day: reads filter the ring by the range asked),
     // but it is not live traffic and not against the allowance.
     day.heldUntil = e.rt + HISTORY_QUIET_MS;
     if (day.heldUntil < state.nextSealCheck) state.nextSealCheck = day.heldUntil;
-    p.recent.push({ day: e.day, ts: e.ts, event: e.event, url: e.url, referrer: e.referrer, source: e.source, country: e.country, device: e.device, sessionId: e.sessionId });
+    if (recent) p.recent.push({ day: e.day, ts: e.ts, event: e.event, url: e.url, referrer: e.referrer, source: e.source, country: e.country, device: e.device, sessionId: e.sessionId });
     return;
   }
-  p.recent.push({
+  if (recent) p.recent.push({
     day: e.day,
     ts: e.ts,
     event: e.event,
@@ -238,7 +247,7 @@ function applyEvent(state: AnalyticsState, p: ProjectState, seq: number, e: Stor
     device: e.device,
     sessionId: e.sessionId,
   });
-  if (p.realtime.add(e.ts, e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt)) state.realtimeHeld.add(p);
+  if ((omit & OMIT_REALTIME) === 0 && p.realtime.add(e.ts, e.rt, session, e.event === 'page_view', e.path || '/', e.source, state.maxRt)) state.realtimeHeld.add(p);
   const month = utcMonthOf(e.rt);
   p.monthly.set(month, (p.monthly.get(month) ?? 0) + 1);
 }

@@ -62,23 +62,33 @@ const INITIAL_CAPACITY = 8;
 export class Interner {
   readonly map = new Map<string, number>();
   readonly values: string[] = [];
+  /** the last value coded and its code: a visit's events mostly repeat the one before (its country, device, source) */
+  private last: string | undefined;
+  private lastCode = 0;
   /** code of `s` (1-based; 0 is no value) */
   code(s: string): number {
+    if (s === this.last) return this.lastCode;
     let c = this.map.get(s);
     if (c === undefined) {
       this.values.push(s);
       c = this.values.length;
       this.map.set(s, c);
     }
+    this.last = s;
+    this.lastCode = c;
     return c;
   }
 }
 
-function grow<T extends Int32Array | Uint32Array>(a: T, capacity: number): T {
-  const b = new (a.constructor as new (n: number) => T)(capacity);
+/** A copy of `a` in `capacity` slots (a new array: views handed out before keep their entries). */
+function grow(a: Uint32Array, capacity: number): Uint32Array {
+  const b = new Uint32Array(capacity);
   b.set(a);
   return b;
 }
+
+/** The fixed columns of an open segment, in one buffer: time, visit, visitor, then VALUE_COLUMNS in order. */
+const FIXED_COLUMNS = 3 + VALUE_COLUMNS.length;
 
 /** Day-level numbering of visits and visitors, kept across the day's segments (and reloaded from them after a restart). */
 export class DayIds {
@@ -109,9 +119,11 @@ export class SegmentBuilder implements SegmentView {
   readonly visitBase: number;
   readonly userBase: number;
   private cap = INITIAL_CAPACITY;
-  private t = new Int32Array(INITIAL_CAPACITY);
-  private v = new Uint32Array(INITIAL_CAPACITY);
-  private u = new Uint32Array(INITIAL_CAPACITY);
+  private t!: Int32Array;
+  private v!: Uint32Array;
+  private u!: Uint32Array;
+  /** the value columns in VALUE_COLUMNS order (appends index them), and by name (reads) */
+  private readonly colList: Array<{ codes: Uint32Array; dict: Interner }> = [];
   private readonly cols = new Map<ValueColumn, { codes: Uint32Array; dict: Interner }>();
   private readonly props = new Map<string, { codes: Uint32Array; dict: Interner }>();
   private readonly newVisits: string[] = [];
@@ -123,7 +135,39 @@ export class SegmentBuilder implements SegmentView {
   ) {
     this.visitBase = ids.visits.size;
     this.userBase = ids.users.size;
-    for (const c of VALUE_COLUMNS) this.cols.set(c, { codes: new Uint32Array(INITIAL_CAPACITY), dict: new Interner() });
+    for (const c of VALUE_COLUMNS) {
+      const col = { codes: new Uint32Array(0), dict: new Interner() };
+      this.colList.push(col);
+      this.cols.set(c, col);
+    }
+    this.allocate(INITIAL_CAPACITY);
+  }
+
+  /**
+   * New fixed columns of `cap` slots in one buffer, the entries so far copied: one allocation where there were twelve
+   * (a segment of a few dozen events grows three times). New arrays, so views handed out before keep their entries.
+   */
+  private allocate(cap: number): void {
+    const buf = new ArrayBuffer(FIXED_COLUMNS * cap * 4);
+    const at = (k: number) => k * cap * 4;
+    const t = new Int32Array(buf, at(0), cap);
+    const v = new Uint32Array(buf, at(1), cap);
+    const u = new Uint32Array(buf, at(2), cap);
+    if (this.n > 0) {
+      t.set(this.t.subarray(0, this.n));
+      v.set(this.v.subarray(0, this.n));
+      u.set(this.u.subarray(0, this.n));
+    }
+    this.t = t;
+    this.v = v;
+    this.u = u;
+    for (let k = 0; k < this.colList.length; k++) {
+      const col = this.colList[k]!;
+      const codes = new Uint32Array(buf, at(3 + k), cap);
+      if (this.n > 0) codes.set(col.codes.subarray(0, this.n));
+      col.codes = codes;
+    }
+    this.cap = cap;
   }
 
   append(seq: number, e: StoredEvent): void {
@@ -149,15 +193,16 @@ export class SegmentBuilder implements SegmentView {
       this.newUsers.push(e.user);
     }
     this.u[i] = uc;
-    this.set('name', i, e.event);
-    this.set('path', i, e.path);
-    this.set('source', i, e.source);
-    this.set('country', i, e.country);
-    this.set('device', i, e.device);
-    this.set('browser', i, e.browser ?? UNKNOWN);
-    this.set('os', i, e.os ?? UNKNOWN);
-    this.set('utmMedium', i, e.utmMedium);
-    this.set('utmCampaign', i, e.utmCampaign);
+    // in VALUE_COLUMNS order
+    this.set(0, i, e.event);
+    this.set(1, i, e.path);
+    this.set(2, i, e.source);
+    this.set(3, i, e.country);
+    this.set(4, i, e.device);
+    this.set(5, i, e.browser ?? UNKNOWN);
+    this.set(6, i, e.os ?? UNKNOWN);
+    this.set(7, i, e.utmMedium);
+    this.set(8, i, e.utmCampaign);
     for (const key in e.params) {
       let p = this.props.get(key);
       if (!p) this.props.set(key, (p = { codes: new Uint32Array(this.cap), dict: new Interner() }));
@@ -165,17 +210,14 @@ export class SegmentBuilder implements SegmentView {
     }
   }
 
-  private set(c: ValueColumn, i: number, value: string | undefined): void {
-    const col = this.cols.get(c)!;
+  /** Column `k` of VALUE_COLUMNS at entry `i`. */
+  private set(k: number, i: number, value: string | undefined): void {
+    const col = this.colList[k]!;
     col.codes[i] = value === undefined || value === '' ? 0 : col.dict.code(value);
   }
 
   private enlarge(): void {
-    this.cap *= 2;
-    this.t = grow(this.t, this.cap);
-    this.v = grow(this.v, this.cap);
-    this.u = grow(this.u, this.cap);
-    for (const col of this.cols.values()) col.codes = grow(col.codes, this.cap);
+    this.allocate(this.cap * 2);
     for (const p of this.props.values()) p.codes = grow(p.codes, this.cap);
   }
 
