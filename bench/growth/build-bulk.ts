@@ -26,7 +26,8 @@ import { traffic, zipfShares } from './traffic.ts';
  * - this one writes the log: LogStore.append in the replay build's 20k batches (so entries and dictionaries are the
  *   same), many batches per commit, and the eventIds of the last 48 h only (the replay build writes all of them and
  *   then expires the rest, as a year-old service would have);
- * - a child (`bulkState`) folds every record with the real reducer (apply), takes the days it hands over for sealing
+ * - a child (`bulkState`) folds every record with the real reducer (apply, leaving out the ring pushes and realtime
+ *   the final state cannot hold: RING_SAFETY, REALTIME_MARGIN_MS), takes the days it hands over for sealing
  *   at the end of each 20k batch as the Sealer would, seals them with sealDay and rolls months up with rollupMonth
  *   exactly when the Sealer would have (see SealPlan), writes them through SealedStore in large transactions, and
  *   writes the snapshot of the live state;

@@ -67,30 +67,42 @@ function maxOf(a: ArrayLike<number>): number {
   return m;
 }
 
-/** Encodes a segment; with a visit table when given one (a merged day). */
+/** A block of the data area: code columns are copied at their width, the rest (time, dictionaries, table arrays) as bytes. */
+type Part = { at: number; bytes: Uint8Array; codes?: undefined } | { at: number; codes: Codes; n: number; width: 1 | 2 | 4 };
+
+/**
+ * Encodes a segment; with a visit table when given one (a merged day). Laid out first (offsets, widths, the
+ * dictionaries' bytes), then written once into the output: a segment of a few dozen events is ~30 blocks, and
+ * copying each into a buffer of its own before the output was most of its cost.
+ */
 export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uint8Array {
   const enc = new TextEncoder();
-  const parts: Array<{ bytes: Uint8Array; at: number }> = [];
+  const parts: Part[] = [];
   let at = 0;
   const add = (bytes: Uint8Array): number => {
     at = align8(at);
     const off = at;
-    parts.push({ bytes, at: off });
+    parts.push({ at: off, bytes });
     at += bytes.byteLength;
     return off;
   };
   const codes = (a: Codes, n: number): Block => {
-    const width = widthFor(maxOf(a.subarray(0, n)));
-    const out = width === 1 ? new Uint8Array(n) : width === 2 ? new Uint16Array(n) : new Uint32Array(n);
-    out.set(a.subarray(0, n));
-    return [add(new Uint8Array(out.buffer)), width];
+    let max = 0;
+    for (let i = 0; i < n; i++) if (a[i]! > max) max = a[i]!;
+    const width = widthFor(max);
+    at = align8(at);
+    const off = at;
+    parts.push({ at: off, codes: a, n, width });
+    at += n * width;
+    return [off, width];
   };
   const dict = (values: readonly string[]): Block => {
     const bytes = enc.encode(JSON.stringify(values));
     return [add(bytes), bytes.byteLength];
   };
+  const bytesOf = (a: Int32Array | Float64Array, n = a.length): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, n * a.BYTES_PER_ELEMENT);
   const n = s.n;
-  const time = add(new Uint8Array(s.time.slice(0, n).buffer));
+  const time = add(bytesOf(s.time, n));
   const visit = table ? undefined : codes(s.visit, n);
   const user = table ? undefined : codes(s.user, n);
   const visits = dict(s.visitDict());
@@ -102,7 +114,6 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
     const p = s.prop(key)!;
     props.push({ key, codes: codes(p.codes, n), dict: dict(p.dict) });
   }
-  const bytesOf = (a: Int32Array | Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
   const tableMeta: Meta['table'] = table && {
     V: table.V,
     U: table.U,
@@ -142,10 +153,23 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
   head.setUint32(4, SEGMENT_VERSION, true);
   head.setUint32(12, metaBytes.byteLength, true);
   out.set(metaBytes, HEADER_BYTES);
-  for (const p of parts) out.set(p.bytes, dataStart + p.at);
+  for (const p of parts) {
+    if (p.codes === undefined) {
+      out.set(p.bytes, dataStart + p.at);
+      continue;
+    }
+    // the block starts 8-byte aligned in `out` (dataStart and p.at both are), so a view of its width fits
+    const to = p.width === 1 ? new Uint8Array(out.buffer, dataStart + p.at, p.n) : p.width === 2 ? new Uint16Array(out.buffer, dataStart + p.at, p.n) : new Uint32Array(out.buffer, dataStart + p.at, p.n);
+    const from = p.codes;
+    if (p.n < COPY_BY_LOOP) for (let i = 0; i < p.n; i++) to[i] = from[i]!;
+    else to.set(from.subarray(0, p.n));
+  }
   head.setUint32(8, crc(out.subarray(12)), true);
   return out;
 }
+
+/** Code blocks shorter than this are copied in a loop (a subarray for set() costs more than a few dozen moves). */
+const COPY_BY_LOOP = 64;
 
 /** Why bytes are not a segment this version reads, or undefined when the checksum and header hold. */
 export function verifySegment(bytes: Uint8Array, crc: Crc): string | undefined {
