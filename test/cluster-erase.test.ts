@@ -252,6 +252,9 @@ describe('deleting a project in cluster mode', () => {
     const part = a.backend.partitionOfProject(p.project.id);
     assert.equal((await api(a.url, '/analytics', { key: p.keys.secret, body: batch('early', 0, 5) })).status, 200);
     assert.equal((await api(a.url, `/projects/${p.project.id}`, { method: 'DELETE', key })).status, 200);
+    // DELETE answers before the erasure ends: one still scanning would see the late batch below and mark it itself
+    // (a third marker, under its own token)
+    await waitForValue('the erasure finished', () => (a.logs.some((l) => l.includes(`project ${p.project.id} erased in`)) ? true : undefined), 20_000);
     const marker = (await streamMessages(tag)).find((m) => m.erase === p.project.id)!;
 
     // As if a request admitted just before the delete was stored after the marker, and its node died before erasing
