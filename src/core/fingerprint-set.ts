@@ -5,6 +5,7 @@
  * of lookups), so a yes must be confirmed where the keys are. A third of a hash53 -> Uint32 table (12 bytes a slot).
  * Sized and grown as the tables of number-table.ts are.
  */
+import { freeNow } from './free-now.ts';
 import { capacityFor, MAX_LOAD } from './number-table.ts';
 
 /** The fingerprint of a hash53: its low 32 bits, with 0 (the empty slot) moved to 1. */
@@ -70,6 +71,7 @@ export class FingerprintSet {
       while (slots[i] !== 0) i = (i + 1) & mask;
       slots[i] = fp;
     }
+    freeNow(old);
     this.slots = slots;
     this.mask = mask;
   }

@@ -8,6 +8,8 @@
  * 0 marks an empty slot; the key 0 itself (probability 2^-53 per hash) is kept in a flag.
  */
 
+import { freeNow } from './free-now.ts';
+
 /** Grow past this load: linear probing averages < 2.2 probes per miss below it. */
 export const MAX_LOAD = 0.7;
 const MIN_CAPACITY = 16;
@@ -45,6 +47,8 @@ export class NumberSet {
   private keys: Float64Array;
   private mask: number;
   private hasZero = false;
+  /** `keys` views a snapshot's array (fromRaw) rather than one of its own: growing must not free it */
+  private borrowed = false;
   size = 0;
 
   constructor(expected = 0) {
@@ -125,6 +129,8 @@ export class NumberSet {
       while (keys[i] !== 0) i = (i + 1) & mask;
       keys[i] = k;
     }
+    if (!this.borrowed) freeNow(old);
+    this.borrowed = false;
     this.keys = keys;
     this.mask = mask;
   }
@@ -171,6 +177,7 @@ export class NumberSet {
     const s = new NumberSet();
     s.list = undefined;
     s.keys = r.keys;
+    s.borrowed = true;
     s.mask = r.keys.length - 1;
     s.hasZero = r.hasZero;
     s.size = r.size;
@@ -195,6 +202,8 @@ export class NumberCounts {
   private mask: number;
   private hasZero = false;
   private zeroValue = 0;
+  /** `keys` and `values` view a snapshot's arrays (fromRaw) rather than their own: growing must not free them */
+  private borrowed = false;
   size = 0;
 
   constructor(expected = 0) {
@@ -291,6 +300,11 @@ export class NumberCounts {
       keys[i] = k;
       values[i] = oldValues[j]!;
     }
+    if (!this.borrowed) {
+      freeNow(oldKeys);
+      freeNow(oldValues);
+    }
+    this.borrowed = false;
     this.keys = keys;
     this.values = values;
     this.mask = mask;
@@ -354,6 +368,7 @@ export class NumberCounts {
     m.list = undefined;
     m.keys = r.keys;
     m.values = r.values;
+    m.borrowed = true;
     m.mask = r.keys.length - 1;
     m.hasZero = r.hasZero;
     m.zeroValue = r.zeroValue;

@@ -5,6 +5,8 @@
  * hash of probability 2^-53) is kept in fields beside the table, which probing never reaches.
  */
 
+import { freeNow } from './free-now.ts';
+
 /** Grow past this load: linear probing stays short below it (as in number-table.ts). */
 const MAX_LOAD = 0.7;
 /**
@@ -36,6 +38,8 @@ export class VisitTable {
   private hasZero = false;
   private zeroVisitor = 0;
   private zeroFirst = 0;
+  /** the arrays view a snapshot's (fromRaw) rather than being the table's own: growing must not free them */
+  private borrowed = false;
   size = 0;
 
   constructor(capacity = MIN_CAPACITY) {
@@ -100,6 +104,12 @@ export class VisitTable {
     this.mask = capacity - 1;
     this.size = this.hasZero ? 1 : 0;
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) this.add(keys[j]!, visitors[j]!, firsts[j]!);
+    if (!this.borrowed) {
+      freeNow(keys);
+      freeNow(visitors);
+      freeNow(firsts);
+    }
+    this.borrowed = false;
   }
 
   /**
@@ -161,6 +171,7 @@ export class VisitTable {
     t.keys = take(r.keys);
     t.visitors = take(r.visitors);
     t.firsts = take(r.firsts);
+    t.borrowed = capacity > COPY_ON_RESTORE;
     t.mask = capacity - 1;
     t.hasZero = r.hasZero;
     t.zeroVisitor = r.hasZero ? r.visitors[capacity]! : 0;

@@ -8,6 +8,7 @@
  * so a visit's events in several segments share one code; each segment's dictionary holds only the ids it added.
  */
 
+import { freeNow } from '../free-now.ts';
 import type { Scalar, StoredEvent } from '../types.ts';
 
 /** The value columns, in their stored order. */
@@ -128,6 +129,12 @@ export class SegmentBuilder implements SegmentView {
   private readonly props = new Map<string, { codes: Uint32Array; dict: Interner }>();
   private readonly newVisits: string[] = [];
   private readonly newUsers: string[] = [];
+  /**
+   * Whether a view of the fixed columns' buffer was handed out since it was allocated: a buffer nobody viewed is freed
+   * as soon as a larger one replaces it (freeNow); a viewed one is left to the collector, since a question may still
+   * read it.
+   */
+  private viewed = false;
 
   constructor(
     readonly dayStart: number,
@@ -148,6 +155,7 @@ export class SegmentBuilder implements SegmentView {
    * (a segment of a few dozen events grows three times). New arrays, so views handed out before keep their entries.
    */
   private allocate(cap: number): void {
+    const old = this.n > 0 && !this.viewed ? this.t : undefined;
     const buf = new ArrayBuffer(FIXED_COLUMNS * cap * 4);
     const at = (k: number) => k * cap * 4;
     const t = new Int32Array(buf, at(0), cap);
@@ -168,6 +176,9 @@ export class SegmentBuilder implements SegmentView {
       col.codes = codes;
     }
     this.cap = cap;
+    // the time column is the start of the old buffer, whose other columns were copied above
+    if (old) freeNow(new Uint8Array(old.buffer));
+    this.viewed = false;
   }
 
   append(seq: number, e: StoredEvent): void {
@@ -223,15 +234,19 @@ export class SegmentBuilder implements SegmentView {
 
   // SegmentView: views of the first n entries (later appends never change them; a grown array is a new one)
   get time(): Int32Array {
+    this.viewed = true;
     return this.t.subarray(0, this.n);
   }
   get visit(): Codes {
+    this.viewed = true;
     return this.v.subarray(0, this.n);
   }
   get user(): Codes {
+    this.viewed = true;
     return this.u.subarray(0, this.n);
   }
   column(c: ValueColumn): Codes {
+    this.viewed = true;
     return this.cols.get(c)!.codes.subarray(0, this.n);
   }
   dict(c: ValueColumn): readonly string[] {
@@ -256,6 +271,7 @@ export class SegmentBuilder implements SegmentView {
    * (dictionaries only grow at their end, so codes below n keep their meaning and nothing is copied).
    */
   freeze(): SegmentView {
+    this.viewed = true;
     const n = this.n;
     const dicts = new Map<ValueColumn, string[]>();
     const cols = new Map<ValueColumn, Codes>();

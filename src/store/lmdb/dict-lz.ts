@@ -49,12 +49,27 @@ function writeLength(out: Uint8Array, o: number, n: number): number {
   return o;
 }
 
-/** Compresses `src` against `dict`; the result is never longer than src.length + src.length / 255 + 16. */
+/**
+ * Largest output the compressor keeps between calls: an entry of 256 records is a few tens of KB, so the buffer is
+ * reused instead of allocated per entry (an import otherwise left ~100 bytes of array buffers an event as garbage).
+ */
+const KEPT_OUTPUT_BYTES = 1 << 20;
+let kept = Buffer.allocUnsafeSlow(0);
+
+/**
+ * Compresses `src` against `dict`; the result is never longer than src.length + src.length / 255 + 16. It is a view of
+ * a buffer the next call writes over: copy it before compressing again.
+ */
 export function compress(src: Uint8Array, dict: Dictionary = EMPTY): Buffer {
   const d = dict.bytes;
   const D = d.length;
   const n = src.length;
-  const out = Buffer.allocUnsafe(n + ((n / 255) | 0) + 16);
+  const bound = n + ((n / 255) | 0) + 16;
+  let out = kept;
+  if (bound > out.length) {
+    out = Buffer.allocUnsafeSlow(bound);
+    if (bound <= KEPT_OUTPUT_BYTES) kept = out;
+  }
   generation = (generation + 1) >>> 0;
   if (generation === 0) {
     stamp.fill(0);

@@ -2,7 +2,7 @@ import type { LogRecord } from '../../core/types.ts';
 import { commitFailure } from './commit-failures.ts';
 import type { LogDictionaries } from './log-dictionaries.ts';
 import { encodeFormat2, encodePacked } from './log-entry-format.ts';
-import type { LmdbEnv } from './log-env.ts';
+import { TRANSIENT_ENCODING, type LmdbEnv } from './log-env.ts';
 
 /** `flush`: an append resolves once its commit is on disk; `commit`: once it is committed. */
 export type Durability = 'flush' | 'commit';
@@ -59,12 +59,12 @@ export class LogAppender {
         first = this.nextInTransaction();
         if (admit) records = admit(given);
         if (records.length === 0) return;
-        if (this.writeFormat === 2) env.log.putSync(first, encodeFormat2(env.codec.encode(records), records.length));
+        if (this.writeFormat === 2) env.log.putSync(first, encodeFormat2(env.codec.encode(records, TRANSIENT_ENCODING), records.length));
         else {
           const dict = this.dicts.forAppend(first - 1);
           for (let i = 0; i < records.length; i += ENTRY_RECORDS) {
             const part = records.length <= ENTRY_RECORDS ? records : records.slice(i, i + ENTRY_RECORDS);
-            env.raw.putSync(first + i, encodePacked(env.codec.encode(part), part.length, dict?.id ?? 0, dict?.dict));
+            env.raw.putSync(first + i, encodePacked(env.codec.encode(part, TRANSIENT_ENCODING), part.length, dict?.id ?? 0, dict?.dict));
             this.lastEntry = first + i;
           }
         }

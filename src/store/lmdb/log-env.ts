@@ -45,9 +45,17 @@ export interface StoreFaults {
   fault: StoreFault | undefined;
 }
 
+/**
+ * msgpackr's RESET_BUFFER_MODE: the next encode writes over these bytes, so its buffer is reused instead of moving on
+ * and allocating a new one each time it fills. For bytes read at once (an entry is compressed right after): without
+ * it an import left ~100 bytes of array buffers an event for the garbage collector.
+ */
+export const TRANSIENT_ENCODING = 1024;
+
 /** The log db's msgpack encoder (with its shared structures): a batch's records are one msgpack array. */
 export interface LogCodec {
-  encode(v: unknown): Buffer;
+  /** `mode` TRANSIENT_ENCODING: the bytes are read before the next encode (see there) */
+  encode(v: unknown, mode?: number): Buffer;
   decode(b: Buffer, end?: number): unknown;
 }
 

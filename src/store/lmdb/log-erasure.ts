@@ -6,7 +6,7 @@ import type { HistoryIds } from './history-ids.ts';
 import type { LogCompaction } from './log-compaction.ts';
 import type { LogDictionaries } from './log-dictionaries.ts';
 import { encodePacked, entryCount, tombstone } from './log-entry-format.ts';
-import { STRUCTURES_KEY, yieldTurn, type LmdbEnv } from './log-env.ts';
+import { STRUCTURES_KEY, TRANSIENT_ENCODING, yieldTurn, type LmdbEnv } from './log-env.ts';
 import type { LogReader } from './log-read.ts';
 import type { IdKey } from './remembered-ids.ts';
 import type { SealedStore } from './sealed-store.ts';
@@ -115,7 +115,7 @@ export class LogErasure {
         return;
       }
       const { id, dict } = this.dicts.newestWithout(tainted);
-      env.raw.putSync(key, encodePacked(env.codec.encode(records.map((r) => (ofProject(r) ? ERASED : r))), count, id, dict));
+      env.raw.putSync(key, encodePacked(env.codec.encode(records.map((r) => (ofProject(r) ? ERASED : r)), TRANSIENT_ENCODING), count, id, dict));
     };
     for (let i = 0; i < keys.length; ) {
       if (stopped()) return erased;
