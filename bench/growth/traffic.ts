@@ -43,6 +43,10 @@ function pick(c: Float64Array, x: number): number {
   return lo;
 }
 
+/** Each path's URL, built once (the traffic's strings are shared, as the enricher would intern them). */
+const URLS = PATHS.map((p) => SITE + p);
+const SITE_REFERRER = `${SITE}/`;
+
 export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> {
   const rand = rng(1234);
   const weights = zipf(ids.length);
@@ -61,7 +65,8 @@ export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> 
       planned += n;
       starts.push(first + d * DAY_MS + Math.floor(rand() * (DAY_MS - 600_000)));
     }
-    starts.sort((x, y) => x - y);
+    // Numeric order (a Float64Array sorts by value, faster than a comparator over boxed numbers).
+    const sorted = Float64Array.from(starts).sort();
     // The day's date once, not per event: an event's own date differs only past midnight (a session running over).
     const dayStart = first + d * DAY_MS;
     const dayEnd = dayStart + DAY_MS;
@@ -69,16 +74,17 @@ export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> 
     for (let s = 0; s < counts.length; s++) {
       const p = ids[pick(weights, rand())]!;
       const sessionId = `s${(sessions++).toString(36)}`;
+      const user = `s:${sessionId}`;
       const [referrer, source] = SOURCES[Math.floor(rand() * SOURCES.length)]!;
       const country = COUNTRIES[Math.floor(rand() ** 2 * COUNTRIES.length)]!;
       const device = DEVICES[Math.floor(rand() * DEVICES.length)]!;
-      let ts = starts[s]!;
+      let ts = sorted[s]!;
       for (let k = 0; k < counts[s]!; k++) {
-        const pathName = PATHS[Math.floor(rand() ** 1.5 * PATHS.length)]!;
+        const at = Math.floor(rand() ** 1.5 * PATHS.length);
         yield {
           t: 'e', p, ts, rt: ts + 150, day: ts < dayEnd ? date : new Date(ts).toISOString().slice(0, 10), event: k === 0 || rand() < 0.8 ? 'page_view' : 'click',
-          url: SITE + pathName, path: pathName, referrer: k === 0 ? referrer : `${SITE}/`, source: k === 0 ? source : 'Direct', sessionId,
-          user: `s:${sessionId}`, country, device, params: {}, eventId: `${(made + k).toString(36)}`,
+          url: URLS[at]!, path: PATHS[at]!, referrer: k === 0 ? referrer : SITE_REFERRER, source: k === 0 ? source : 'Direct', sessionId,
+          user, country, device, params: {}, eventId: `${(made + k).toString(36)}`,
         };
         ts += 1000;
       }
@@ -86,4 +92,3 @@ export function* traffic(a: TrafficArgs, ids: string[]): Generator<StoredEvent> 
     }
   }
 }
-
