@@ -6,6 +6,9 @@
  *
  * Keys are uniformly distributed hashes, so the low 32 bits pick the slot directly and linear probing stays short.
  * 0 marks an empty slot; the key 0 itself (probability 2^-53 per hash) is kept in a flag.
+ *
+ * Long because the set and the counter map are two tables with the same three forms each (list, table, snapshot
+ * views) and their conversions side by side: one shared base would put a branch on the hot probe path.
  */
 
 import { freeNow } from './free-now.ts';
