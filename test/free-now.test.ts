@@ -15,11 +15,11 @@ import { VisitTable } from '../src/core/visit-table.ts';
 
 test('freeNow detaches a large array, and leaves a small one to the collector', () => {
   const big = new Float64Array(16_384);
-  freeNow(big);
+  freeNow(big.buffer);
   assert.equal(big.byteLength, 0, 'detached: its memory went with the clone');
   const small = new Float64Array(1024);
   small[3] = 7;
-  freeNow(small);
+  freeNow(small.buffer);
   assert.equal(small[3], 7);
 });
 

@@ -71,7 +71,7 @@ export class FingerprintSet {
       while (slots[i] !== 0) i = (i + 1) & mask;
       slots[i] = fp;
     }
-    freeNow(old);
+    freeNow(old.buffer);
     this.slots = slots;
     this.mask = mask;
   }

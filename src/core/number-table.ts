@@ -132,7 +132,7 @@ export class NumberSet {
       while (keys[i] !== 0) i = (i + 1) & mask;
       keys[i] = k;
     }
-    if (!this.borrowed) freeNow(old);
+    if (!this.borrowed) freeNow(old.buffer);
     this.borrowed = false;
     this.keys = keys;
     this.mask = mask;
@@ -304,8 +304,8 @@ export class NumberCounts {
       values[i] = oldValues[j]!;
     }
     if (!this.borrowed) {
-      freeNow(oldKeys);
-      freeNow(oldValues);
+      freeNow(oldKeys.buffer);
+      freeNow(oldValues.buffer);
     }
     this.borrowed = false;
     this.keys = keys;

@@ -105,9 +105,9 @@ export class VisitTable {
     this.size = this.hasZero ? 1 : 0;
     for (let j = 0; j < keys.length; j++) if (keys[j] !== 0) this.add(keys[j]!, visitors[j]!, firsts[j]!);
     if (!this.borrowed) {
-      freeNow(keys);
-      freeNow(visitors);
-      freeNow(firsts);
+      freeNow(keys.buffer);
+      freeNow(visitors.buffer);
+      freeNow(firsts.buffer);
     }
     this.borrowed = false;
   }

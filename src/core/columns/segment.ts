@@ -176,8 +176,8 @@ export class SegmentBuilder implements SegmentView {
       col.codes = codes;
     }
     this.cap = cap;
-    // the time column is the start of the old buffer, whose other columns were copied above
-    if (old) freeNow(new Uint8Array(old.buffer));
+    // the old buffer holds every fixed column, all copied above
+    if (old) freeNow(old.buffer);
     this.viewed = false;
   }
 
