@@ -1,4 +1,5 @@
 import { intern } from './intern.ts';
+import { MAX_INDEX_ID, StringIndex, stringHash } from './string-index.ts';
 import type { RecentEvent } from './types.ts';
 
 export interface RingEntry extends RecentEvent {
@@ -10,10 +11,12 @@ const STRING_FIELDS = 8;
 const SESSION = 7;
 /** Slots a ring starts with; it doubles up to its capacity (a project that sent 3 events holds 4 slots). */
 const FIRST_SLOTS = 4;
-/** Ids are Uint16: every string an entry refers to is held once, so at most STRING_FIELDS × capacity distinct. */
-const MAX_IDS = 65_536;
+/** Ids are Uint16 (and the index's, MAX_INDEX_ID): each string is held once, so at most STRING_FIELDS × capacity. */
+const MAX_IDS = MAX_INDEX_ID + 1;
 /** The ids of the entry a push overwrites (scratch: pushes never interleave). */
 const evicted = new Uint16Array(STRING_FIELDS);
+/** An id no string has (MAX_INDEX_ID is the largest): an overwritten field whose string the new entry keeps. */
+const NO_ID = 0xffff;
 
 /**
  * The ring as plain data (snapshots): the columns as they are in memory (slot order, `next` the oldest slot once
@@ -54,8 +57,9 @@ export class RecentRing {
   private count = 0;
   private next = 0;
   private strings: Array<string | undefined> = [];
-  private uses: number[] = [];
-  private index: Map<string, number> | undefined;
+  /** entries referring to each id (at most STRING_FIELDS × capacity, so 16 bits): one typed array, not a list */
+  private uses: Uint16Array<ArrayBuffer> = new Uint16Array(0);
+  private index: StringIndex | undefined;
   private free: number[] | undefined;
   /** bumped on every push: a snapshot re-encodes only rings that changed since the last one */
   version = 0;
@@ -119,17 +123,25 @@ export class RecentRing {
     ids[at + 5] = this.refNear(entry.country, true, near + 5);
     ids[at + 6] = this.refNear(entry.device, true, near + 6);
     ids[at + SESSION] = this.refNear(entry.sessionId, false, near + SESSION);
-    if (evicting) for (let i = 0; i < STRING_FIELDS; i++) this.unref(evicted[i]!);
+    // Count the new entry's uses, then release the overwritten one's: a field that names the string it overwrites
+    // (its day, event, country, device, often more) changes no count and touches none.
+    const uses = this.uses;
+    for (let i = 0; i < STRING_FIELDS; i++) {
+      const id = ids[at + i]!;
+      if (evicting && evicted[i] === id) evicted[i] = NO_ID;
+      else uses[id]!++;
+    }
+    if (evicting) for (let i = 0; i < STRING_FIELDS; i++) if (evicted[i] !== NO_ID) this.unref(evicted[i]!);
   }
 
-  /** ref(s), or the id at `near` (the newest entry's field, read before this push writes over it) when it holds s. */
+  /**
+   * ref(s), or the id at `near` (the newest entry's field, read before this push writes over it) when it holds s.
+   * Neither counts the use: push does, once the entry's ids are known.
+   */
   private refNear(s: string, shared: boolean, near: number): number {
     if (near >= 0) {
       const id = this.ids![near]!;
-      if (this.strings[id] === s) {
-        this.uses[id]!++;
-        return id;
-      }
+      if (this.strings[id] === s) return id;
     }
     return this.ref(s, shared);
   }
@@ -147,22 +159,22 @@ export class RecentRing {
   }
 
   private ref(s: string, shared: boolean): number {
-    this.index ??= new Map();
-    let id = this.index.get(s);
-    if (id === undefined) {
+    this.index ??= new StringIndex();
+    const h = stringHash(s);
+    let id = this.index.find(s, h, this.strings);
+    if (id === -1) {
       id = this.free?.pop() ?? this.strings.length;
-      const kept = shared ? intern(s) : s;
-      this.strings[id] = kept;
+      this.strings[id] = shared ? intern(s) : s;
+      if (id >= this.uses.length) this.uses = grownUses(this.uses, id + 1);
       this.uses[id] = 0;
-      this.index.set(kept, id);
+      this.index.add(id, h);
     }
-    this.uses[id]!++;
     return id;
   }
 
   private unref(id: number): void {
     if (--this.uses[id]! > 0) return;
-    this.index!.delete(this.strings[id]!);
+    this.index!.remove(id, stringHash(this.strings[id]!));
     this.strings[id] = undefined;
     (this.free ??= []).push(id);
   }
@@ -229,7 +241,7 @@ export class RecentRing {
     this.count = p.count;
     this.next = p.next;
     const strings = p.strings;
-    const uses = new Array<number>(strings.length).fill(0);
+    const uses = new Uint16Array(strings.length);
     const shared = new Uint8Array(strings.length);
     for (let i = 0; i < p.ids.length; i++) {
       const id = p.ids[i]!;
@@ -237,7 +249,7 @@ export class RecentRing {
       uses[id]!++;
       if (i % STRING_FIELDS !== SESSION) shared[id] = 1;
     }
-    this.index = new Map();
+    this.index = new StringIndex();
     for (let id = 0; id < strings.length; id++) {
       const s = strings[id];
       if (s === undefined || uses[id] === 0) {
@@ -247,8 +259,8 @@ export class RecentRing {
       }
       const kept = shared[id] ? intern(s) : s;
       strings[id] = kept;
-      // A string both a session id and another field hold is one entry (the table is keyed by the string).
-      this.index.set(kept, id);
+      // A string both a session id and another field hold is one id (the table holds each string once).
+      this.index.add(id, stringHash(kept));
     }
     this.strings = strings;
     this.uses = uses;
@@ -274,4 +286,13 @@ export class RecentRing {
       });
     }
   }
+}
+
+/** `uses` with room for `n` ids, doubling (from FIRST_SLOTS × STRING_FIELDS) so appends stay amortized O(1). */
+function grownUses(uses: Uint16Array, n: number): Uint16Array<ArrayBuffer> {
+  let length = Math.max(uses.length, FIRST_SLOTS * STRING_FIELDS);
+  while (length < n) length *= 2;
+  const grown = new Uint16Array(length);
+  grown.set(uses);
+  return grown;
 }
