@@ -49,16 +49,36 @@ export class CappedCounter {
         return;
       }
     }
+    this.append(key, n);
+  }
+
+  /** Adds a key the small form does not hold. */
+  private append(key: string, n: number): void {
+    const s = this.small!;
     // A new array of exactly the new length: push and spread reserve ~17 slots (~140 bytes) for the first key, and a day has ~12 counters.
     if (s.length >> 1 < SMALL_KEYS) this.small = s.concat([key, n]);
     else this.counts.set(key, n);
   }
 
+  /** Counts `n` more for `key`: one lookup when the key is there (the hot path: every event adds to several). */
   add(key: string, n = 1): void {
-    const c = this.get(key);
-    if (c !== undefined) this.set(key, c + n);
-    else if (this.size < this.cap || key === OTHER_KEY) this.set(intern(key), n); // a new key: one shared copy
-    else this.set(OTHER_KEY, (this.get(OTHER_KEY) ?? 0) + n);
+    const m = this.map;
+    if (m !== undefined) {
+      const c = m.get(key);
+      if (c !== undefined) m.set(key, c + n);
+      else if (m.size < this.cap || key === OTHER_KEY) m.set(intern(key), n); // a new key: one shared copy
+      else m.set(OTHER_KEY, (m.get(OTHER_KEY) ?? 0) + n);
+      return;
+    }
+    const s = this.small as Array<string | number>;
+    for (let i = 0; i < s.length; i += 2) {
+      if (s[i] === key) {
+        s[i + 1] = (s[i + 1] as number) + n;
+        return;
+      }
+    }
+    if (s.length >> 1 < this.cap || key === OTHER_KEY) this.append(intern(key), n);
+    else this.add(OTHER_KEY, n);
   }
 
   /** The counts as a Map (the counter keeps it from then on). */
