@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { RecentRing } from '../src/core/recent-ring.ts';
 import { StringIndex, stringHash } from '../src/core/string-index.ts';
 
 /**
@@ -58,5 +59,19 @@ describe('string index', () => {
     const index = new StringIndex();
     assert.throws(() => index.add(0xffff, 1), /does not fit/);
     assert.throws(() => index.remove(3, stringHash('x')), /not in the index/);
+  });
+
+  test('a ring of the largest capacity its ids allow turns with every field a new string; one larger is refused', () => {
+    // (capacity + 1) × 8 ids must fit 16 bits: a push holds its 8 new strings before releasing the 8 it overwrites.
+    const largest = 8190;
+    assert.throws(() => new RecentRing(largest + 1), /16-bit string ids/);
+    const ring = new RecentRing(largest);
+    const entry = (i: number) => ({ day: `d${i}`, ts: i, event: `e${i}`, url: `u${i}`, referrer: `r${i}`, source: `s${i}`, country: `c${i}`, device: `v${i}`, sessionId: `x${i}` });
+    const pushes = largest * 3;
+    for (let i = 0; i < pushes; i++) ring.push(entry(i));
+    const newest = [...ring.newestFirst()];
+    assert.equal(newest.length, largest);
+    assert.deepEqual(newest[0], entry(pushes - 1));
+    assert.deepEqual(newest[largest - 1], entry(pushes - largest));
   });
 });

@@ -11,7 +11,10 @@ const STRING_FIELDS = 8;
 const SESSION = 7;
 /** Slots a ring starts with; it doubles up to its capacity (a project that sent 3 events holds 4 slots). */
 const FIRST_SLOTS = 4;
-/** Ids are Uint16 (and the index's, MAX_INDEX_ID): each string is held once, so at most STRING_FIELDS × capacity. */
+/**
+ * Ids are Uint16 (and the index's, MAX_INDEX_ID): each string is held once, so at most STRING_FIELDS × capacity, and
+ * one entry's more while a push holds the new strings before it releases the overwritten ones.
+ */
 const MAX_IDS = MAX_INDEX_ID + 1;
 /** The ids of the entry a push overwrites (scratch: pushes never interleave). */
 const evicted = new Uint16Array(STRING_FIELDS);
@@ -67,7 +70,7 @@ export class RecentRing {
   private stored: StoredRing | undefined;
 
   constructor(readonly capacity: number) {
-    if (capacity * STRING_FIELDS > MAX_IDS) throw new Error(`a ring of ${capacity} entries needs more than 16-bit string ids`);
+    if ((capacity + 1) * STRING_FIELDS > MAX_IDS) throw new Error(`a ring of ${capacity} entries needs more than 16-bit string ids`);
   }
 
   get size(): number {

@@ -5,7 +5,9 @@
  * one typed array the collector never looks into, ~8 bytes a string at its load.
  *
  * Open addressing with linear probing; a slot holds `tag << 16 | (id + 1)` (0 = empty), where the tag is the low 16
- * bits of the string's hash: it finds a slot's home (tables stay ≤ 2^16 slots) and spares most string comparisons.
+ * bits of the string's hash: a slot's home is the tag's low bits (so a table can grow and shift without the strings),
+ * and it spares most string comparisons. A table past 2^16 slots (a ring of over 4,096 entries) has its homes in
+ * the first 2^16 and probes on from there: slower, still exact.
  * Deletion shifts the probe run back (no tombstones), so a table that turns for ever stays as short as its contents.
  * The strings themselves stay in the caller's array; the index is told each string's id and asks it back.
  */
@@ -36,7 +38,7 @@ export class StringIndex {
   find(s: string, h: number, strings: ReadonlyArray<string | undefined>): number {
     const tag = h & 0xffff;
     const t = this.slots;
-    for (let i = h & this.mask; ; i = (i + 1) & this.mask) {
+    for (let i = tag & this.mask; ; i = (i + 1) & this.mask) {
       const e = t[i]!;
       if (e === 0) return -1;
       if (e >>> 16 === tag && strings[(e & 0xffff) - 1] === s) return (e & 0xffff) - 1;
@@ -54,7 +56,7 @@ export class StringIndex {
   remove(id: number, h: number): void {
     const t = this.slots;
     const mask = this.mask;
-    let hole = h & mask;
+    let hole = h & 0xffff & mask;
     while ((t[hole]! & 0xffff) !== id + 1) {
       if (t[hole] === 0) throw new Error(`string id ${id} is not in the index`);
       hole = (hole + 1) & mask;
