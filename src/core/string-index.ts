@@ -12,6 +12,8 @@
  * The strings themselves stay in the caller's array; the index is told each string's id and asks it back.
  */
 
+import { hash53 } from './hash.ts';
+
 /** Grow past this load: linear probes stay short below it. */
 const MAX_LOAD = 0.5;
 /** Smallest table: 16 slots (64 bytes, kept inside V8's heap), enough for a ring of two entries' distinct strings. */
@@ -19,14 +21,9 @@ const MIN_SLOTS = 16;
 /** Ids fit the slot's low 16 bits as id + 1. */
 export const MAX_INDEX_ID = 0xfffe;
 
-/** A 32-bit hash of the whole string (FNV-1a, then a finalizer so its low bits mix the high ones). */
+/** A 32-bit hash of the whole string: the low 32 bits of hash53 (as fast as a one-lane hash here, ~115 ns a URL). */
 export function stringHash(s: string): number {
-  let h = 0x811c9dc5 ^ s.length;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  return h >>> 0;
+  return hash53(s) >>> 0;
 }
 
 export class StringIndex {
