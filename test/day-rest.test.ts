@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { rng as random } from '../bench/lib/seeded-random.ts';
-import type { DayAggregate } from '../src/core/day-aggregate.ts';
-import { OLDER_IDLE_PASSES, RECENT_IDLE_PASSES, RestWatch } from '../src/core/day-rest.ts';
+import { DayAggregate } from '../src/core/day-aggregate.ts';
+import { FULL_WALK_PASSES, MAX_OLDER_IDLE_PASSES, OLDER_IDLE_PASSES, RECENT_IDLE_PASSES, REWAKE_PASSES, RestWatch } from '../src/core/day-rest.ts';
 import { EXACT_USERS_PER_DAY } from '../src/core/limits.ts';
 import { metrics } from '../src/core/metrics.ts';
 import { sealDay, type SealedDay } from '../src/core/sealed-day.ts';
@@ -233,10 +233,81 @@ describe('live days put back to sleep', () => {
     for (let n = 1; n < OLDER_IDLE_PASSES; n++) due();
     assert.deepEqual(due(), ['2026-11-10']);
     let recent: string[] = [];
-    while (recent.length === 0 && calls < 100) recent = due().filter((d) => d !== '2026-11-10');
+    while (recent.length === 0 && calls < RECENT_IDLE_PASSES + 10) recent = due().filter((d) => d !== '2026-11-10');
     // seen first by the first pass, unchanged since: due on the pass RECENT_IDLE_PASSES after it
     assert.equal(calls, RECENT_IDLE_PASSES + 1, 'the newest dates wait RECENT_IDLE_PASSES');
     assert.deepEqual(recent, ['2026-11-20', '2026-11-21']);
+  });
+
+  test('an older day woken soon after it slept needs twice the passes next time, up to a bound; one that slept long starts again', () => {
+    const state = new AnalyticsState();
+    const rnd = random(5);
+    let seq = 0;
+    const add = (day: string) => apply(state, ++seq, event(day, `${day}-s${seq}`, `u${seq}`, 60, seq, rnd));
+    add('2026-11-21'); // the clock
+    add('2026-11-10');
+    const d = state.projects.get('p_a')!.days.get('2026-11-10')!;
+    const watch = new RestWatch();
+    /** passes until the day is due, putting it to sleep then (as the engine does) */
+    const passesToSleep = (): number => {
+      for (let n = 1; n <= MAX_OLDER_IDLE_PASSES + 2; n++) {
+        const due = watch.due(state);
+        if (due.some(([x]) => x === d)) {
+          sleepDay(d);
+          return n;
+        }
+      }
+      return -1;
+    };
+    // first sight, then OLDER_IDLE_PASSES unchanged
+    assert.equal(passesToSleep(), OLDER_IDLE_PASSES + 1);
+    const needs: number[] = [];
+    for (let k = 0; k < 7; k++) {
+      add('2026-11-10'); // woken at once
+      assert.ok(!d.isAsleep);
+      needs.push(passesToSleep() - 1);
+    }
+    const want: number[] = [];
+    for (let n = OLDER_IDLE_PASSES; want.length < 7; ) want.push((n = Math.min(n * 2, MAX_OLDER_IDLE_PASSES)));
+    assert.deepEqual(needs, want, 'each wake soon after sleeping doubles the need, up to MAX_OLDER_IDLE_PASSES');
+    for (let n = 0; n < REWAKE_PASSES + 1; n++) watch.due(state); // asleep for longer than REWAKE_PASSES
+    add('2026-11-10');
+    assert.equal(passesToSleep() - 1, OLDER_IDLE_PASSES, 'a wake long after it slept: back to OLDER_IDLE_PASSES');
+    assert.equal(watch.need(d), OLDER_IDLE_PASSES);
+  });
+
+  test('a pass looks at the days the state lists as woken; every FULL_WALK_PASSES passes it walks every day', () => {
+    const state = new AnalyticsState();
+    const rnd = random(9);
+    apply(state, 1, event('2026-11-21', 's1', 'u1', 60, 1, rnd));
+    apply(state, 2, event('2026-11-10', 's2', 'u2', 60, 2, rnd));
+    assert.equal(state.woken.size, 2, 'the records created two days');
+    const watch = new RestWatch();
+    watch.due(state);
+    assert.equal(state.woken.size, 0, 'a pass takes them');
+    // a day awake that no record of this state woke (put in place directly, as a restore of an older snapshot form does)
+    const other = new AnalyticsState();
+    apply(other, 3, event('2026-11-09', 's3', 'u3', 60, 3, rnd));
+    const hidden = other.projects.get('p_a')!.days.get('2026-11-09')!;
+    state.projects.get('p_a')!.days.set('2026-11-09', hidden);
+    let foundAt = -1;
+    for (let n = 2; n <= FULL_WALK_PASSES + OLDER_IDLE_PASSES + 2 && foundAt < 0; n++) {
+      if (watch.due(state).some(([x]) => x === hidden)) foundAt = n;
+    }
+    assert.equal(foundAt, FULL_WALK_PASSES + 1 + OLDER_IDLE_PASSES, 'found by the full walk, then idle for OLDER_IDLE_PASSES');
+  });
+
+  test('a list of woken days past its bound gives way to one walk of every day', () => {
+    const state = new AnalyticsState();
+    const rnd = random(11);
+    const watch = new RestWatch();
+    watch.due(state); // the first pass (a walk of nothing)
+    for (let i = 0; i < 20_000; i++) apply(state, i + 1, { ...event('2026-11-10', `s${i}`, `u${i}`, 60, i, rnd), p: `p${i}` });
+    assert.ok(state.wokenOverflow && state.woken.size < 20_000, 'the list stops growing and asks for a walk');
+    let due = 0;
+    for (let n = 0; n <= OLDER_IDLE_PASSES; n++) due += watch.due(state).length;
+    assert.equal(due, 20_000, 'the walk watched every day, the list lost some');
+    assert.equal(state.wokenOverflow, false);
   });
 
   test('the engine pass sleeps what is due, in slices, and leaves every answer as it was', async () => {

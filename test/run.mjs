@@ -16,6 +16,11 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
  * processes and sockets, so four keep both cores busy where two or three left them idle (docs/development.md).
  */
 const CONCURRENCY = 4;
+/**
+ * A test still running after this long fails (node:test's per-test timeout) instead of holding the run: the longest
+ * test takes ~40 s on a loaded machine, and one that waited on a dead socket once held a whole run for 15 minutes.
+ */
+const TEST_TIMEOUT_MS = 300_000;
 /** The spec reporter's output of the whole run (read it after a failure; the console shows one line a file). */
 const LOG_FILE = 'test-results.log';
 
@@ -77,7 +82,7 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const verbose = args.includes('--verbose');
   const named = args.filter((a) => a !== '--verbose');
   const files = named.length > 0 ? named : testFiles();
-  const stream = run({ files: files.map((f) => path.resolve(f)), concurrency: CONCURRENCY });
+  const stream = run({ files: files.map((f) => path.resolve(f)), concurrency: CONCURRENCY, timeout: TEST_TIMEOUT_MS });
   stream.on('test:fail', () => {
     process.exitCode = 1;
   });

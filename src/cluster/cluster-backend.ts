@@ -954,10 +954,16 @@ export class ClusterBackend implements Backend {
     await this.cp.close();
   }
 
-  stats(): { liveDays: number; sealedDays: number } {
+  stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
     let liveDays = 0;
-    for (const p of this.parts) for (const ps of p.fold.state.projects.values()) liveDays += ps.days.size;
-    return { liveDays, sealedDays: this.cp.sealed.dayCount() };
+    let awakeDays = 0;
+    for (const p of this.parts) {
+      for (const ps of p.fold.state.projects.values()) {
+        liveDays += ps.days.size;
+        for (const d of ps.days.values()) if (!d.isAsleep) awakeDays++;
+      }
+    }
+    return { liveDays, awakeDays, sealedDays: this.cp.sealed.dayCount() };
   }
 
   async applyRetention(): Promise<number> {

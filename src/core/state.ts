@@ -6,6 +6,12 @@ import { Realtime } from './realtime.ts';
 import { RecentRing } from './recent-ring.ts';
 import type { BotRecord, FoldRecord, StoredEvent } from './types.ts';
 
+/**
+ * Days listed as woken before the list gives way to one walk of every day: a second of new days on a busy node is a
+ * few thousand; a walk of 300,000 live days is ~5 ms.
+ */
+const WOKEN_BOUND = 16_384;
+
 /** Everything known about one project, all derivable from its log records. */
 export class ProjectState {
   /** the live days: events may still arrive for them */
@@ -42,6 +48,13 @@ export class AnalyticsState {
   readonly realtimeHeld = new Set<ProjectState>();
   /** maxRt at which they are pruned next */
   nextRealtimePrune = 0;
+  /**
+   * Live days created or woken by a record since the rest watch last took them (core/day-rest.ts), so a pass looks at
+   * the days awake, not at every live day. Past WOKEN_BOUND (a replay, or a fold nobody rests) it is emptied and
+   * `wokenOverflow` set: the watch then walks every day once.
+   */
+  readonly woken = new Set<DayAggregate>();
+  wokenOverflow = false;
 
   project(id: string): ProjectState {
     let p = this.projects.get(id);
@@ -61,9 +74,20 @@ export class AnalyticsState {
       p.days.set(date, d);
       const at = sealAt(date);
       if (at < this.nextSealCheck) this.nextSealCheck = at;
+      this.noteWoken(d);
+    } else if (d.isAsleep) {
+      this.noteWoken(d); // the record about to be applied wakes it
     }
     d.lastSeq = seq;
     return d;
+  }
+
+  private noteWoken(d: DayAggregate): void {
+    if (this.woken.size >= WOKEN_BOUND) {
+      this.woken.clear();
+      this.wokenOverflow = true;
+    }
+    this.woken.add(d);
   }
 }
 

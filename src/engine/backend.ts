@@ -60,7 +60,7 @@ export interface Backend {
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void;
   /** waits for in-flight writes, writes the final snapshot(s), closes storage */
   close(): Promise<void>;
-  stats(): { liveDays: number; sealedDays: number };
+  stats(): { liveDays: number; awakeDays: number; sealedDays: number };
   /** single node only (0 elsewhere): see Engine.applyRetention */
   applyRetention(): Promise<number>;
   sealingIdle(): Promise<void>;

@@ -242,7 +242,7 @@ export class Engine implements AnalyticsEngine {
   }
 
   /** For operator metrics: what is held, read at scrape time. */
-  stats(): { projects: number; liveDays: number; sealedDays: number } {
+  stats(): { projects: number; liveDays: number; awakeDays: number; sealedDays: number } {
     return { projects: this.projects.size, ...this.backend.stats() };
   }
 

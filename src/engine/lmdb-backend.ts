@@ -355,10 +355,14 @@ export class LmdbBackend implements Backend {
     if (failed !== undefined) throw new Error(`the final snapshot could not be written in ${path.join(this.config.dataDir, 'snapshots')}: ${failed}; the next start replays the log instead`);
   }
 
-  stats(): { liveDays: number; sealedDays: number } {
+  stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
     let liveDays = 0;
-    for (const p of this.fold.state.projects.values()) liveDays += p.days.size;
-    return { liveDays, sealedDays: this.sealedStore.dayCount() };
+    let awakeDays = 0;
+    for (const p of this.fold.state.projects.values()) {
+      liveDays += p.days.size;
+      for (const d of p.days.values()) if (!d.isAsleep) awakeDays++;
+    }
+    return { liveDays, awakeDays, sealedDays: this.sealedStore.dayCount() };
   }
 
   /**

@@ -18,6 +18,8 @@ export type Face = 'http' | 'grpc';
 export interface StateStats {
   projects: number;
   liveDays: number;
+  /** live days whose tables are on the heap (the rest sleep on their snapshot bytes) */
+  awakeDays: number;
   sealedDays: number;
 }
 
@@ -29,7 +31,7 @@ export class OperatorMetrics {
   private readonly commitLatency: Histogram;
   private readonly snapshotDuration: Histogram;
   private readonly snapshotBytes: Gauge;
-  private stats: () => StateStats = () => ({ projects: 0, liveDays: 0, sealedDays: 0 });
+  private stats: () => StateStats = () => ({ projects: 0, liveDays: 0, awakeDays: 0, sealedDays: 0 });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'analytics_' });
@@ -81,6 +83,14 @@ export class OperatorMetrics {
       registers,
       collect() {
         this.set(self.stats().liveDays);
+      },
+    });
+    new Gauge({
+      name: 'analytics_awake_days',
+      help: 'Live project-days with their tables on the heap (the others sleep on their encoded bytes until written or read)',
+      registers,
+      collect() {
+        this.set(self.stats().awakeDays);
       },
     });
     new Gauge({
