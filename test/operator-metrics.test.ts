@@ -60,6 +60,7 @@ test('METRICS_PORT serves Prometheus text with requests, events, latencies, snap
   assert.ok(value(text, 'analytics_snapshot_bytes')! > 40);
   assert.equal(value(text, 'analytics_projects'), 1);
   assert.equal(value(text, 'analytics_live_days'), 1);
+  assert.equal(value(text, 'analytics_awake_days'), 1, 'today, just written');
   assert.equal(value(text, 'analytics_sealed_days'), 0);
   assert.ok(value(text, 'analytics_process_resident_memory_bytes')! > 1e6);
   assert.ok(value(text, 'analytics_nodejs_eventloop_lag_p99_seconds') !== undefined);
