@@ -7,7 +7,7 @@ import { Distinct } from '../src/core/columns/distinct.ts';
 import { hash53 } from '../src/core/hash.ts';
 import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { ColumnProjection, OPEN_HISTORY_BOUND } from '../src/engine/column-projection.ts';
+import { ColumnProjection, OPEN_HISTORY_BOUND, RECENT_KEEP_FLUSHES } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 
@@ -91,8 +91,13 @@ test('merged days answer as their segments do, with a late event and after a res
     }
     const segmented = await answers(cols);
     assert.ok(store.day('p_m', from).length > 1);
-    await cols.flush(); // every day idle: merged
-    for (const d of [from, to]) {
+    await cols.flush(); // every day idle: the oldest merged, the clock's two newest dates keep their numbering
+    const middle = new Date(START + DAY_MS).toISOString().slice(0, 10);
+    assert.equal(store.day('p_m', from).length, 1, 'an older idle day is merged at the next flush');
+    assert.ok(store.day('p_m', to).length > 1 && store.day('p_m', middle).length > 1, 'the two newest dates are not merged yet');
+    assert.deepEqual(await answers(cols), segmented);
+    for (let n = 0; n < RECENT_KEEP_FLUSHES; n++) await cols.flush();
+    for (const d of [from, middle, to]) {
       const stored = store.day('p_m', d);
       assert.equal(stored.length, 1, d);
       assert.ok(stored[0]!.table, 'merged segment carries its visit table');

@@ -70,9 +70,12 @@ export function* mergeDaySteps(segs: readonly SegmentView[]): Generator<void, Da
   let minT = Infinity;
   let maxT = -Infinity;
   for (const s of segs) {
+    // a stored segment parses each dictionary on first use (the JSON of up to 100,000 ids, tens of ms): a step each
     n += s.n;
     V = Math.max(V, s.visitBase + s.visitDict().length);
+    yield;
     U = Math.max(U, s.userBase + s.userDict().length);
+    yield;
     if (s.n > 0) {
       firstSeq = Math.min(firstSeq, s.firstSeq);
       lastSeq = Math.max(lastSeq, s.lastSeq);
