@@ -36,7 +36,7 @@ const LIGHT_RATE = 200;
 const SNAPSHOT_MS = '2000';
 /** After the ingest or a restart, memory is read once the service has been idle this long. */
 const SETTLE_MS = 5_000;
-/** And again after this much idle time: the days the ingest finished have gone to sleep (two REST_EVERY_MS passes). */
+/** And again after this much idle time: the days the ingest finished asleep (1–2 s) and V8 has collected their garbage. */
 const IDLE_MS = 40_000;
 const DAY_MS = 86_400_000;
 
