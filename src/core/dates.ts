@@ -97,6 +97,17 @@ export function addDays(day: string, n: number): string {
   return new Date(utcMidnight(day) + n * DAY_MS).toISOString().slice(0, 10);
 }
 
+/** Dates this close to a receive time's UTC date are recent: today and yesterday in any time zone. */
+const RECENT_DATES = 2;
+
+/**
+ * The first recent date as of receive time `rt` (days from it on take traffic all day: they stay awake and keep their
+ * column numbering longer); '' before any record.
+ */
+export function recentFrom(rt: number): string {
+  return rt > 0 ? addDays(new Date(rt).toISOString().slice(0, 10), 1 - RECENT_DATES) : '';
+}
+
 /** Inclusive number of days from `from` to `to`. */
 export function daysBetween(from: string, to: string): number {
   return Math.round((utcMidnight(to) - utcMidnight(from)) / DAY_MS) + 1;

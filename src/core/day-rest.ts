@@ -1,4 +1,4 @@
-import { addDays } from './dates.ts';
+import { recentFrom } from './dates.ts';
 import type { DayAggregate } from './day-aggregate.ts';
 import type { AnalyticsState } from './state.ts';
 
@@ -25,8 +25,6 @@ export const REWAKE_PASSES = 60;
 export const MAX_OLDER_IDLE_PASSES = 64;
 /** Every this many passes (~30 s) a pass walks every live day: days awake by a path the state does not list. */
 export const FULL_WALK_PASSES = 30;
-/** Dates this close to the clock's (UTC) date are recent: today and yesterday in any time zone. */
-const RECENT_DATES = 2;
 
 interface Watched {
   /** the day's lastSeq when a pass first saw it at that sequence (-1: not yet seen) */
@@ -72,7 +70,7 @@ export class RestWatch {
     state.woken.clear();
 
     const out: Array<[DayAggregate, number]> = [];
-    const recentFrom = state.maxRt > 0 ? addDays(new Date(state.maxRt).toISOString().slice(0, 10), 1 - RECENT_DATES) : '';
+    const recent = recentFrom(state.maxRt);
     for (const [d, w] of this.awake) {
       if (d.isAsleep || d.sealing) {
         this.awake.delete(d);
@@ -84,7 +82,7 @@ export class RestWatch {
         continue;
       }
       w.passes++;
-      if (d.day >= recentFrom) {
+      if (d.day >= recent) {
         if (w.passes >= RECENT_IDLE_PASSES) out.push([d, d.lastSeq]);
         continue;
       }

@@ -2,7 +2,7 @@ import { encodeSegment } from '../core/columns/codec.ts';
 import { baseQuestion, FunnelRun, QueryRun } from '../core/columns/evaluate.ts';
 import { mergeDaySteps, type DayTable } from '../core/columns/day-table.ts';
 import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segment.ts';
-import { addDays, eachDay, utcMidnight } from '../core/dates.ts';
+import { eachDay, recentFrom, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { FoldRecord, LogRecord } from '../core/types.ts';
 import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
@@ -40,8 +40,7 @@ export const COLUMN_FLUSH_MS = 60_000;
  * reads its whole visit and visitor dictionaries (~50 ms for 100,000 visits, inside the fold, where requests wait).
  */
 export const RECENT_KEEP_FLUSHES = 5;
-/** Dates this close to the newest receive time's (UTC) date are recent: today and yesterday in any time zone. */
-const RECENT_DATES = 2;
+
 /** A question yields to the event loop after this much work, so a request never waits behind it longer. */
 const SLICE_MS = 20;
 /**
@@ -199,7 +198,7 @@ export class ColumnProjection implements QueryEngine {
     const writes: Pending[] = [];
     const idle: DayState[] = [];
     const sealing: Pending[] = [];
-    const recentFrom = this.maxRt > 0 ? addDays(new Date(this.maxRt).toISOString().slice(0, 10), 1 - RECENT_DATES) : '';
+    const recent = recentFrom(this.maxRt);
     for (const [k, d] of this.days) {
       d.idleFlushes = d.touched ? 0 : d.idleFlushes + 1;
       if (d.open && d.open.n > 0) {
@@ -211,7 +210,7 @@ export class ColumnProjection implements QueryEngine {
         const list = this.pending.get(k) ?? [];
         list.push(p);
         this.pending.set(k, list);
-      } else if (!d.touched && !d.open && (d.day < recentFrom || d.idleFlushes > RECENT_KEEP_FLUSHES)) {
+      } else if (!d.touched && !d.open && (d.day < recent || d.idleFlushes > RECENT_KEEP_FLUSHES)) {
         this.days.delete(k);
         idle.push(d);
       }
