@@ -6,7 +6,7 @@ import { utcMonthOf } from '../core/dates.ts';
 import { fromSnapshot, toSnapshot, type SnapshotData } from '../core/snapshot.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { AnalyticsState, collectSealable, isDuplicate, storedThisMonth } from '../core/state.ts';
+import { AnalyticsState, collectSealable, dayCounts, isDuplicate, storedThisMonth } from '../core/state.ts';
 import type { FunnelStepAnswer, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
@@ -955,15 +955,9 @@ export class ClusterBackend implements Backend {
   }
 
   stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
-    let liveDays = 0;
-    let awakeDays = 0;
-    for (const p of this.parts) {
-      for (const ps of p.fold.state.projects.values()) {
-        liveDays += ps.days.size;
-        for (const d of ps.days.values()) if (!d.isAsleep) awakeDays++;
-      }
-    }
-    return { liveDays, awakeDays, sealedDays: this.cp.sealed.dayCount() };
+    const counts = { liveDays: 0, awakeDays: 0 };
+    for (const p of this.parts) dayCounts(p.fold.state, counts);
+    return { ...counts, sealedDays: this.cp.sealed.dayCount() };
   }
 
   async applyRetention(): Promise<number> {

@@ -240,6 +240,15 @@ export function pruneEventIds(state: AnalyticsState, now: number): number {
   return removed;
 }
 
+/** Live days, and of them those awake (tables on the heap), added into `into`: operator figures. */
+export function dayCounts(state: AnalyticsState, into = { liveDays: 0, awakeDays: 0 }): { liveDays: number; awakeDays: number } {
+  for (const p of state.projects.values()) {
+    into.liveDays += p.days.size;
+    for (const d of p.days.values()) if (!d.isAsleep) into.awakeDays++;
+  }
+  return into;
+}
+
 /** eventIds held by applyOnce (cluster mode), for operator figures and tests. */
 export function rememberedIdCount(state: AnalyticsState): number {
   let n = 0;

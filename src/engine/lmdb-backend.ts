@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Config } from '../config.ts';
 import type { SealedSource } from '../core/day-view.ts';
 import { sealedSource } from '../core/sealed-source.ts';
-import { collectSealable, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
+import { collectSealable, dayCounts, sealAt, storedThisMonth, type AnalyticsState } from '../core/state.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import { createEnricher, type Enricher } from '../enrich/index.ts';
 import type { QueryEngine } from '../core/query/types.ts';
@@ -356,13 +356,7 @@ export class LmdbBackend implements Backend {
   }
 
   stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
-    let liveDays = 0;
-    let awakeDays = 0;
-    for (const p of this.fold.state.projects.values()) {
-      liveDays += p.days.size;
-      for (const d of p.days.values()) if (!d.isAsleep) awakeDays++;
-    }
-    return { liveDays, awakeDays, sealedDays: this.sealedStore.dayCount() };
+    return { ...dayCounts(this.fold.state), sealedDays: this.sealedStore.dayCount() };
   }
 
   /**
