@@ -125,7 +125,7 @@ export class LmdbBackend implements Backend {
     // The walk runs in a child process on another core while this one reads the newest snapshot file (both take a
     // few hundred ms at 500k events); LMDB is opened only once the walk has found it sound.
     const walking = assertEnvironmentSoundAsync(config.dataDir);
-    const files = new SnapshotFiles(config.dataDir);
+    const files = new SnapshotFiles(config.dataDir, { deltas: true });
     files.prefetchNewest();
     const walked = await walking;
     if (walked) log(`storage checked: ${walked.records} records of analytics.lmdb read in ${walked.ms} ms`);

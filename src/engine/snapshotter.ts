@@ -2,7 +2,7 @@ import { serialize } from 'node:v8';
 import type { DayAggregate, StoredDay } from '../core/day-aggregate.ts';
 import { daySnapshot, toSnapshot, type Encoded } from '../core/snapshot.ts';
 import type { AnalyticsState } from '../core/state.ts';
-import type { SnapshotFiles } from '../store/files/snapshot-files.ts';
+import type { DayPlacer, SnapshotFiles } from '../store/files/snapshot-files.ts';
 
 /**
  * Writes a single node's snapshot files (PartitionFold decides when): a snapshot is captured synchronously at one
@@ -86,24 +86,25 @@ export class Snapshotter {
       () => {},
       () => {},
     );
-    let written: { file: string; places: Float64Array };
+    let written: { places: Float64Array };
     try {
       written = await run;
     } finally {
       this.writing = undefined;
     }
-    await this.rehome(days, asleepOn, written.file, written.places);
+    await this.rehome(days, asleepOn, written.places);
   }
 
   /**
    * A day that slept at the capture and still sleeps on the same bytes is moved onto its frame in the file just
-   * written: its bytes leave memory (a day put to sleep since the last snapshot holds them), and a day on an older
-   * file moves too, so at most the newest files stay open (an older one is closed once no day is left on it). The
-   * file then holds what the writer copies next time, by the place it noted. In slices between requests.
+   * written, or in the earlier file that file references for it: its bytes leave memory (a day put to sleep since the
+   * last snapshot holds them), and a day on a file no longer kept moves too, so at most the kept files stay open (an
+   * older one is closed once no day is left on it). The file then holds what the writer copies or references next
+   * time, by the place it noted. In slices between requests.
    */
-  private async rehome(days: DayAggregate[], asleepOn: Array<StoredDay | undefined>, file: string, places: Float64Array): Promise<void> {
-    if (places.length !== days.length * 3) return; // a writer that gave no places (or another capture's): leave them
-    const place = this.files.placer(file);
+  private async rehome(days: DayAggregate[], asleepOn: Array<StoredDay | undefined>, places: Float64Array): Promise<void> {
+    if (places.length !== days.length * 4) return; // a writer that gave no places (or another capture's): leave them
+    const placers = new Map<number, { file: string; place: DayPlacer }>();
     let sliceStart = performance.now();
     for (let i = 0; i < days.length; i++) {
       if (i % REHOME_CHECK_EVERY === 0 && performance.now() - sliceStart > PREWARM_SLICE_MS) {
@@ -111,12 +112,16 @@ export class Snapshotter {
         sliceStart = performance.now();
       }
       const from = asleepOn[i];
-      const at = places[i * 3]!;
+      const at = places[i * 4]!;
       if (from === undefined || Number.isNaN(at)) continue;
       const d = days[i]!;
       if (d.storedDay !== from) continue;
-      const to = place(from, at, places[i * 3 + 1]!, places[i * 3 + 2]!);
-      if (to === undefined) return; // the file is gone already: a later write moves them
+      const seq = places[i * 4 + 3]!;
+      let target = placers.get(seq);
+      if (!target) placers.set(seq, (target = { file: this.files.pathOf(seq), place: this.files.placer(this.files.pathOf(seq)) }));
+      if (from.file === target.file && from.at === at) continue; // asleep there already (an unchanged day referenced)
+      const to = target.place(from, at, places[i * 4 + 1]!, places[i * 4 + 2]!);
+      if (to === undefined) continue; // the file is gone already: a later write moves it
       if (!d.rehome(from, to) || from.file !== undefined) continue;
       this.rehomed++;
       from.release?.(); // its bytes were in memory: nothing reads them any more

@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads';
 import type { StoredDay } from '../../core/day-aggregate.ts';
 import type { PackedRing } from '../../core/recent-ring.ts';
 import type { DaySnapshot, Encoded, ProjectSnapshot, SnapshotData } from '../../core/snapshot.ts';
-import { DIGEST_BYTES, MAGIC, MAGIC_V2 } from './snapshot-format.ts';
+import { DIGEST_BYTES, MAGIC, MAGIC_V2, MAGIC_V3, REF_BYTES, REF_FRAME, snapshotName } from './snapshot-format.ts';
 
 /**
  * Snapshots of the live state as files `snapshot-<seq>.bin` (layout: snapshot-format.ts), written by a worker thread
@@ -57,9 +57,19 @@ export class SnapshotFiles {
   private prefetched: { file: string; data?: SnapshotData; pending?: Promise<void>; error?: Error } | undefined;
   private readonly waiting = new Map<number, { resolve: (r: { bytes: number; places?: Float64Array }) => void; reject: (err: Error) => void }>();
 
-  /** `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress. */
-  constructor(dataDir: string, opts: { inspectOnly?: boolean } = {}) {
+  /**
+   * Whether a snapshot may reference unchanged frames in earlier files of this directory (snapshot-format.ts) instead of
+   * copying them: the service's own files. Files that must stand alone (the object store's) leave it off.
+   */
+  private readonly deltas: boolean;
+
+  /**
+   * `inspectOnly`: a tool reading while the service may run (check) must not remove the service's write in progress.
+   * `deltas`: see the field.
+   */
+  constructor(dataDir: string, opts: { inspectOnly?: boolean; deltas?: boolean } = {}) {
     this.dir = path.join(dataDir, 'snapshots');
+    this.deltas = opts.deltas === true;
     mkdirSync(this.dir, { recursive: true });
     // A process killed mid-write leaves its temporary file (up to a full snapshot) behind: nobody else writes here.
     if (!opts.inspectOnly) this.removeLeftovers();
@@ -75,11 +85,12 @@ export class SnapshotFiles {
   /**
    * Hands the captured state to the writer thread, transferring its typed arrays (they are copies made by the
    * capture, so nothing else holds them). Resolves with the file once it is durable, and where each encoded day
-   * landed in it (`places`, see snapshot-worker.mjs writeTo; `placeDay` turns one into a day's stored bytes).
-   * `replaceAll` removes every other snapshot once this one is durable (they may hold erased data).
+   * landed (`places`, four numbers a day, see snapshot-worker.mjs writeTo; `placer` turns one into a day's stored
+   * bytes). `replaceAll` writes a file that stands alone and removes every other snapshot once it is durable (they may
+   * hold erased data).
    */
   async write(data: SnapshotData, opts: { replaceAll?: boolean } = {}): Promise<{ file: string; bytes: number; places: Float64Array }> {
-    const file = path.join(this.dir, `snapshot-${String(data.lastSeq).padStart(16, '0')}.bin`);
+    const file = this.pathOf(data.lastSeq);
     // Typed arrays of days given as data are copies made by the capture: transfer them instead of copying again.
     // Days and rings the caller serialized are fresh too (unchanged ones come as their key alone).
     const owned: ArrayBuffer[] = [];
@@ -106,7 +117,7 @@ export class SnapshotFiles {
     const id = this.nextId++;
     const done = new Promise<{ bytes: number; places?: Float64Array }>((resolve, reject) => this.waiting.set(id, { resolve, reject }));
     worker.ref();
-    worker.postMessage({ id, data, file, source: this.restoredFrom }, transfer);
+    worker.postMessage({ id, data, file, source: this.restoredFrom, refs: this.deltas && opts.replaceAll !== true }, transfer);
     let written: { bytes: number; places?: Float64Array };
     try {
       written = await done;
@@ -115,6 +126,11 @@ export class SnapshotFiles {
     }
     await this.prune(opts.replaceAll === true ? path.basename(file) : undefined);
     return { file, bytes: written.bytes, places: written.places ?? new Float64Array(0) };
+  }
+
+  /** The path of the snapshot file covering `seq`. */
+  pathOf(seq: number): string {
+    return path.join(this.dir, snapshotName(seq));
   }
 
   /**
@@ -162,7 +178,7 @@ export class SnapshotFiles {
   private startWorker(): Worker {
     if (this.worker) return this.worker;
     // execArgv: [] keeps the parent's --import (the TypeScript loader) out of the thread.
-    const w = new Worker(WRITER, { workerData: { magic: new Uint8Array(MAGIC) }, execArgv: [] });
+    const w = new Worker(WRITER, { workerData: { magic: new Uint8Array(MAGIC), refFrame: REF_FRAME, refBytes: REF_BYTES }, execArgv: [] });
     w.on('message', (m: { id: number; ok: boolean; bytes?: number; places?: Float64Array; message?: string }) => {
       const p = this.waiting.get(m.id);
       if (!p) return;
@@ -285,13 +301,20 @@ export class SnapshotFiles {
   }
 
   /**
-   * Removes the files past the newest SNAPSHOTS_KEPT (or every other one). Off the main thread: unlinking a snapshot
-   * of a few hundred MB makes the file system free its extents, and a synchronous rmSync held the event loop for
-   * 60 ms (2M events) to 500 ms (a loaded disk) on every snapshot.
+   * Removes the files past the newest SNAPSHOTS_KEPT and the earlier files they reference (or every other one). Off
+   * the main thread: unlinking a snapshot of a few hundred MB makes the file system free its extents, and a
+   * synchronous rmSync held the event loop for 60 ms (2M events) to 500 ms (a loaded disk) on every snapshot.
    */
   private async prune(only?: string): Promise<void> {
     const all = this.files();
-    const drop = only !== undefined ? all.filter((f) => f !== only) : all.slice(0, Math.max(0, all.length - SNAPSHOTS_KEPT));
+    let drop: string[];
+    if (only !== undefined) drop = all.filter((f) => f !== only);
+    else {
+      const newest = all.slice(-SNAPSHOTS_KEPT);
+      const kept = new Set(newest);
+      for (const f of newest) for (const seq of basesOf(path.join(this.dir, f))) kept.add(snapshotName(seq));
+      drop = all.filter((f) => !kept.has(f));
+    }
     await Promise.all(drop.map((f) => rm(path.join(this.dir, f), { force: true })));
   }
 }
@@ -403,7 +426,11 @@ class FrameReader {
  * its bytes. Otherwise everything is decoded.
  */
 export function readSnapshot(file: string, lazy = false): SnapshotData {
-  return readFrames(file, lazy, true).data;
+  const { data, bases } = readFrames(file, lazy, true);
+  // Lazily read bodies in the earlier files it references are checked as those files are, whole (an eager read
+  // checked each body's CRC-32 as it read it).
+  if (lazy) for (const base of bases) checkWholeHere(base);
+  return data;
 }
 
 /**
@@ -414,7 +441,16 @@ export function readSnapshot(file: string, lazy = false): SnapshotData {
 export function readSnapshotHashedAside(file: string): { data: SnapshotData; check: Promise<void> } {
   // The writer puts the digest last: MAGIC, frames, a zero length, the digest.
   const end = statSync(file).size - 4 - DIGEST_BYTES;
-  const hashed = end > MAGIC.length ? hashInWorker(file, MAGIC.length, end) : undefined;
+  // The earlier files it references (listed in its header: hashed in the same thread right after it) hold most of
+  // its days: each is checked whole against its own digest too.
+  const bases = basesOf(file).map((seq) => path.join(path.dirname(file), snapshotName(seq)));
+  let digests: Array<{ expected: Buffer; from: number; to: number }>;
+  try {
+    digests = bases.map((b) => digestOf(b));
+  } catch (err) {
+    return { data: readSnapshot(file, true), check: Promise.reject(err instanceof Error ? err : new Error(String(err))) };
+  }
+  const hashed = end > MAGIC.length ? hashInWorker([{ file, from: MAGIC.length, to: end }, ...digests.map((d, i) => ({ file: bases[i]!, from: d.from, to: d.to }))]) : undefined;
   let parsed: ReturnType<typeof readFrames>;
   try {
     parsed = readFrames(file, true, false);
@@ -423,23 +459,30 @@ export function readSnapshotHashedAside(file: string): { data: SnapshotData; che
     throw err;
   }
   const { data, digest } = parsed;
-  if (!digest || !hashed || digest.from !== MAGIC.length || digest.to !== end) {
-    // an older layout (checked as it was read), or bytes after the digest: checked here, as readSnapshot does
+  if (!digest || !hashed || digest.from !== MAGIC.length || digest.to !== end || parsed.bases.some((b) => !bases.includes(b))) {
+    // an older layout (checked as it was read), bytes after the digest, or a reference to a file its header does not
+    // list: checked here, as readSnapshot does
     hashed?.catch(() => {});
     return { data: digest ? readSnapshot(file, true) : data, check: Promise.resolve() };
   }
   const check = hashed.then((d) => {
-    if (!d.equals(digest.expected)) throw new Error('checksum mismatch');
+    if (!d[0]!.equals(digest.expected)) throw new Error('checksum mismatch');
+    for (let i = 0; i < bases.length; i++) {
+      if (!d[i + 1]!.equals(digests[i]!.expected)) throw new Error(`checksum mismatch in ${bases[i]}, which this snapshot references`);
+    }
   });
   return { data, check };
 }
 
 const HASHER = new URL('./snapshot-hash.mjs', import.meta.url);
 
-function hashInWorker(file: string, from: number, to: number): Promise<Buffer> {
+/** The SHA-256 of each range, in order, computed in one thread. */
+function hashInWorker(ranges: Array<{ file: string; from: number; to: number }>): Promise<Buffer[]> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(HASHER, { workerData: { file, from, to }, execArgv: [] });
-    w.once('message', (m: { digest?: Uint8Array; error?: string }) => (m.digest ? resolve(Buffer.from(m.digest)) : reject(new Error(m.error ?? 'no digest'))));
+    const w = new Worker(HASHER, { workerData: { ranges }, execArgv: [] });
+    w.once('message', (m: { digests?: Uint8Array[]; error?: string }) =>
+      m.digests ? resolve(m.digests.map((d) => Buffer.from(d))) : reject(new Error(m.error ?? 'no digest')),
+    );
     w.once('error', reject);
     w.once('exit', (code) => reject(new Error(`the thread checking the snapshot exited (code ${code}) without a digest`)));
   });
@@ -449,16 +492,21 @@ function hashInWorker(file: string, from: number, to: number): Promise<Buffer> {
  * The parse shared by both: frames read in order, lengths checked against the file. `hashHere`: the SHA-256 is fed as
  * the frames pass and compared; otherwise the caller gets the expected digest and the byte range it covers.
  */
-function readFrames(file: string, lazy: boolean, hashHere: boolean): { data: SnapshotData; digest?: { expected: Buffer; from: number; to: number } } {
+function readFrames(
+  file: string,
+  lazy: boolean,
+  hashHere: boolean,
+): { data: SnapshotData; bases: string[]; digest?: { expected: Buffer; from: number; to: number } } {
   const fd = openSync(file, 'r');
   /** lazy: the days left in the file read from it, so it stays open if the parse passes (and while they sleep) */
   const held = lazy ? new HeldFile(fd, file) : undefined;
+  const bases = new Bases(path.dirname(file));
   let parsed = false;
   try {
     const r = new FrameReader(fd);
     const magic = r.read(MAGIC.length);
-    if (magic.equals(MAGIC_V2)) return { data: readV2(r) };
-    if (!magic.equals(MAGIC)) throw new Error('bad header');
+    if (magic.equals(MAGIC_V2)) return { data: readV2(r), bases: [] };
+    if (!magic.equals(MAGIC) && !magic.equals(MAGIC_V3)) throw new Error('bad header');
     const from = r.position;
     if (hashHere) r.startHash();
     const header = decode(nextFrame(r)) as Omit<SnapshotData, 'projects'> & { projects: number };
@@ -468,23 +516,22 @@ function readFrames(file: string, lazy: boolean, hashHere: boolean): { data: Sna
       const { days: count, ...p } = decode(nextFrame(r)) as Omit<ProjectSnapshot, 'days' | 'recent'> & { days: number };
       const index = p.index;
       if (!lazy || !index || index.length !== count) {
-        const recent = decode(nextFrame(r)) as PackedRing;
+        const recent = decode(bases.body(r)) as PackedRing;
         const days: DaySnapshot[] = [];
-        for (let d = 0; d < count; d++) days.push(decode(nextFrame(r)) as DaySnapshot);
+        for (let d = 0; d < count; d++) days.push(decode(bases.body(r)) as DaySnapshot);
         projects.push({ ...p, recent, days });
         continue;
       }
-      // The ring and day frames stay in the file: note where each body is; a sleeping day or ring reads its bytes from
-      // there when asked for (the file is checked whole and held open while any of them sleeps).
-      const ringLength = frameLength(r);
-      const recent = new FilePlace<PackedRing>(r.position, ringLength, held!);
-      r.skip(ringLength);
+      // The ring and day frames stay in the file (or the earlier file a reference names): note where each body is; a
+      // sleeping day or ring reads its bytes from there when asked for (this file is checked whole, a referenced body
+      // by its CRC-32, and each is held open while any of them sleeps).
+      const ring = bases.place(r, held!);
+      const recent = new FilePlace<PackedRing>(ring.at, ring.length, ring.held, ring.crc);
       const days: StoredDay[] = new Array(count);
       for (let d = 0; d < count; d++) {
         const [day, firstSeq, lastSeq] = index[d]!;
-        const length = frameLength(r);
-        days[d] = new FileDay(day, firstSeq, lastSeq, r.position, length, held!);
-        r.skip(length);
+        const at = bases.place(r, held!);
+        days[d] = new FileDay(day, firstSeq, lastSeq, at.at, at.length, at.held, at.crc);
       }
       projects.push({ ...p, recent, days });
     }
@@ -495,10 +542,138 @@ function readFrames(file: string, lazy: boolean, hashHere: boolean): { data: Sna
     if (computed && !computed.equals(expected)) throw new Error('checksum mismatch');
     parsed = true;
     const data = { version: header.version, lastSeq: header.lastSeq, maxRt: header.maxRt, projects };
-    return computed ? { data } : { data, digest: { expected, from, to } };
+    const referenced = bases.files();
+    return computed ? { data, bases: referenced } : { data, bases: referenced, digest: { expected, from, to } };
   } finally {
     if (held && parsed) closeWhenUnreachable.register(held, fd);
     else closeSync(fd);
+    bases.done(lazy && parsed);
+  }
+}
+
+/** Where a ring's or day's body is: this file, or an earlier one a reference names (with the CRC-32 it must have). */
+interface BodyPlace {
+  at: number;
+  length: number;
+  held: HeldFile;
+  crc?: number;
+}
+
+/**
+ * The earlier snapshot files a file's references name, opened once each while it is parsed. `done(keep)`: kept open
+ * while days asleep on them are reachable (a lazy parse that passed), closed otherwise.
+ */
+class Bases {
+  private readonly open = new Map<number, HeldFile>();
+
+  constructor(private readonly dir: string) {}
+
+  /** The next frame's place: skipped over in this file, or the place a reference names. */
+  place(r: FrameReader, self: HeldFile): BodyPlace {
+    const length = r.u32();
+    if (length === 0) throw new Error('fewer frames than the header says');
+    if (length !== REF_FRAME) {
+      const at = r.position;
+      r.skip(length);
+      return { at, length, held: self };
+    }
+    const ref = r.read(REF_BYTES);
+    return { at: ref.readDoubleLE(8), length: ref.readUInt32LE(16), held: this.file(ref.readDoubleLE(0)), crc: ref.readUInt32LE(20) };
+  }
+
+  /** The next frame's body: read from this file, or from the earlier one a reference names (its CRC-32 checked). */
+  body(r: FrameReader): Uint8Array {
+    const length = r.u32();
+    if (length === 0) throw new Error('fewer frames than the header says');
+    if (length !== REF_FRAME) return r.read(length);
+    const ref = r.read(REF_BYTES);
+    const held = this.file(ref.readDoubleLE(0));
+    const at = ref.readDoubleLE(8);
+    const b = held.read(at, ref.readUInt32LE(16));
+    if (crc32(b) !== ref.readUInt32LE(20)) throw new Error(`${held.file} changed on disk at byte ${at}, which this snapshot references`);
+    return b;
+  }
+
+  private file(seq: number): HeldFile {
+    let h = this.open.get(seq);
+    if (h) return h;
+    const name = path.join(this.dir, snapshotName(seq));
+    let fd: number;
+    try {
+      fd = openSync(name, 'r');
+    } catch (err) {
+      throw new Error(`references ${name}, which cannot be read (${err instanceof Error ? err.message : String(err)})`);
+    }
+    h = new HeldFile(fd, name);
+    this.open.set(seq, h);
+    return h;
+  }
+
+  /** The paths of the files opened so far. */
+  files(): string[] {
+    return [...this.open.values()].map((h) => h.file);
+  }
+
+  done(keep: boolean): void {
+    for (const h of this.open.values()) {
+      if (keep) closeWhenUnreachable.register(h, h.fd);
+      else closeSync(h.fd);
+    }
+    this.open.clear();
+  }
+}
+
+/**
+ * Where a snapshot file's digest is and the range it covers (MAGIC, the frames, a zero length, then the digest);
+ * throws when its end is not shaped so.
+ */
+function digestOf(file: string): { expected: Buffer; from: number; to: number } {
+  const fd = openSync(file, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    if (size < MAGIC.length + 4 + DIGEST_BYTES) throw new Error(`${file} is too short to be a snapshot`);
+    const tail = Buffer.from(readRange(fd, size - 4 - DIGEST_BYTES, 4 + DIGEST_BYTES));
+    if (tail.readUInt32LE(0) !== 0) throw new Error(`${file} does not end in a digest`);
+    return { expected: tail.subarray(4), from: MAGIC.length, to: size - 4 - DIGEST_BYTES };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Checks a referenced snapshot file whole against its own digest, on this thread. */
+function checkWholeHere(file: string): void {
+  const { expected, from, to } = digestOf(file);
+  const fd = openSync(file, 'r');
+  try {
+    const hash = createHash('sha256');
+    const buf = Buffer.allocUnsafe(Math.min(READ_CHUNK, Math.max(1, to - from)));
+    for (let at = from; at < to; ) {
+      const n = readSync(fd, buf, 0, Math.min(buf.length, to - at), at);
+      if (n === 0) throw new Error(`${file} ends at byte ${at}`);
+      hash.update(buf.subarray(0, n));
+      at += n;
+    }
+    if (!hash.digest().equals(expected)) throw new Error(`checksum mismatch in ${file}, which this snapshot references`);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The earlier files a snapshot file references (its header's `bases`); none when it cannot be read. */
+function basesOf(file: string): number[] {
+  let fd: number | undefined;
+  try {
+    fd = openSync(file, 'r');
+    const head = readRange(fd, 0, MAGIC.length + 4);
+    if (!Buffer.from(head.buffer, 0, MAGIC.length).equals(MAGIC)) return [];
+    const length = Buffer.from(head.buffer).readUInt32LE(MAGIC.length);
+    if (length > fstatSync(fd).size) return [];
+    const header = deserialize(readRange(fd, MAGIC.length + 4, length)) as { bases?: number[] };
+    return Array.isArray(header.bases) ? header.bases : [];
+  } catch {
+    return [];
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

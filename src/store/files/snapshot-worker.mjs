@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { open as openFile, rename, rm } from 'node:fs/promises';
 import { crc32 } from 'node:zlib';
 import path from 'node:path';
@@ -19,10 +19,24 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 /** @typedef {import('../../core/snapshot.ts').Encoded} Encoded */
 /** @typedef {import('../../core/snapshot.ts').SnapshotData} SnapshotData */
-/** @typedef {{ id: number, data: SnapshotData, file: string, source?: string }} WriteRequest */
+/** @typedef {{ id: number, data: SnapshotData, file: string, source?: string, refs?: boolean }} WriteRequest */
 
-/** snapshot-format.ts's MAGIC, handed over by the thread's creator */
+/** snapshot-format.ts's MAGIC and reference frame, handed over by the thread's creator */
 const MAGIC = Buffer.from(workerData.magic);
+/** @type {number} */
+const REF_FRAME = workerData.refFrame;
+/** @type {number} */
+const REF_BYTES = workerData.refBytes;
+const SNAPSHOT_NAME = /snapshot-(\d{16})\.bin$/;
+
+/**
+ * An earlier file is referenced by the next snapshot only while at least this share of it is still referenced; below
+ * it, its live frames are copied into the new file so the old one can go (the files on disk stay within about twice
+ * the state).
+ */
+const MIN_LIVE_SHARE = 0.5;
+/** At most this many earlier files referenced by one snapshot (each is one more file a restart opens). */
+const MAX_BASES = 4;
 
 /** A frame's header: its body's length, 4 bytes little-endian (snapshot-format.ts). */
 function frameHeader(length) {
@@ -108,13 +122,13 @@ function resolve(e, copies, source) {
 
 /**
  * @param {WriteRequest} req
- * @returns {Promise<{ bytes: number, places: Float64Array }>} the file's size, and where each day landed in it (see
- * writeTo)
+ * @returns {Promise<{ bytes: number, places: Float64Array, bases: number[] }>} the file's size, where each day
+ * landed (see writeTo) and the earlier files it references
  */
-async function write({ data, file, source }) {
+async function write({ data, file, source, refs }) {
   const tmp = `${file}.tmp`;
   try {
-    return await writeTo(tmp, data, file, source);
+    return await writeTo(tmp, data, file, source, refs === true);
   } catch (err) {
     await rm(tmp, { force: true }); // a full disk must not keep half a snapshot on it
     throw err;
@@ -122,18 +136,73 @@ async function write({ data, file, source }) {
 }
 
 /**
- * @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source
- * @returns {Promise<{ bytes: number, places: Float64Array }>} `places`: three numbers per day frame, in the order of
- * the days in `data` (project by project): where its body starts in the file, its length and its CRC-32; NaN for a day
- * given as data rather than encoded. The main thread moves sleeping days onto the file with them (Snapshotter).
+ * Where an item's bytes are now when they are in a file (given by place, or held from an earlier write), with its
+ * length; undefined for bytes in memory.
+ * @param {Encoded} e @param {string | undefined} source @returns {{ file: string, length: number } | undefined}
  */
-async function writeTo(tmp, data, file, source) {
+function locate(e, source) {
+  if (e.bytes) return undefined;
+  if (e.at !== undefined && e.length !== undefined) {
+    const file = e.file ?? source;
+    return file === undefined ? undefined : { file, length: e.length };
+  }
+  const h = held.get(e.key);
+  return h && !('bytes' in h) ? { file: h.file, length: h.length } : undefined;
+}
+
+/**
+ * The earlier files this snapshot may reference instead of copying from: snapshot files of the same directory still
+ * on disk of which at least MIN_LIVE_SHARE is referenced, the MAX_BASES with the most bytes referenced.
+ * @param {SnapshotData} data @param {string} file @param {string | undefined} source @returns {Map<string, number>} file -> seq
+ */
+function chooseBases(data, file, source) {
+  /** @type {Map<string, number>} */
+  const live = new Map();
+  const count = (/** @type {unknown} */ v) => {
+    if (!isEncoded(v)) return;
+    const at = locate(v, source);
+    if (at) live.set(at.file, (live.get(at.file) ?? 0) + at.length);
+  };
+  for (const p of data.projects) {
+    count(p.recent);
+    for (const d of p.days) count(d);
+  }
+  const dir = path.dirname(file);
+  /** @type {Array<[string, number, number]>} */
+  const eligible = [];
+  for (const [f, bytes] of live) {
+    const m = SNAPSHOT_NAME.exec(f);
+    if (!m || path.dirname(f) !== dir || f === file) continue;
+    let size;
+    try {
+      size = statSync(f).size;
+    } catch {
+      continue; // pruned already: its frames are copied (from the handle the service still holds, or they fail)
+    }
+    if (bytes >= MIN_LIVE_SHARE * size) eligible.push([f, Number(m[1]), bytes]);
+  }
+  eligible.sort((a, b) => b[2] - a[2]);
+  return new Map(eligible.slice(0, MAX_BASES).map(([f, seq]) => [f, seq]));
+}
+
+/**
+ * @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source
+ * @param {boolean} refs whether unchanged frames in earlier files may be referenced (otherwise copied: a file that
+ * stands alone, as after an erasure or for the object store)
+ * @returns {Promise<{ bytes: number, places: Float64Array, bases: number[] }>} `places`: four numbers per day frame,
+ * in the order of the days in `data` (project by project): where its body starts, its length, its CRC-32 and the
+ * sequence of the file that holds it (this one, or the earlier one it references); NaN for a day given as data rather
+ * than encoded. The main thread moves sleeping days onto those places (Snapshotter).
+ */
+async function writeTo(tmp, data, file, source, refs) {
   /** where each day and ring lands in this file: what `held` becomes once the file is durable */
   /** @type {Map<string, Held>} */
   const next = new Map();
   let dayCount = 0;
   for (const p of data.projects) dayCount += p.days.length;
-  const places = new Float64Array(dayCount * 3).fill(NaN);
+  const places = new Float64Array(dayCount * 4).fill(NaN);
+  const ownSeq = Number(SNAPSHOT_NAME.exec(file)?.[1] ?? NaN);
+  const bases = refs ? chooseBases(data, file, source) : new Map();
   let dayNo = 0;
   const copies = new CopyReader();
   const fh = await openFile(tmp, 'w', 0o600);
@@ -149,30 +218,54 @@ async function writeTo(tmp, data, file, source) {
     pendingBytes = 0;
     for (let done = 0; done < out.length; ) done += (await fh.write(out, done, out.length - done)).bytesWritten;
   };
-  /** @returns {number} where the frame's body starts in the file */
-  const frame = async (/** @type {unknown} */ value) => {
-    // Bytes the main thread already serialized (cached days and rings), or copied from an earlier file, are written
-    // as they are.
-    const body = value instanceof Uint8Array ? value : serialize(value);
-    const head = frameHeader(body.length);
+  const put = async (/** @type {Buffer} */ head, /** @type {Uint8Array} */ body) => {
     hash.update(head).update(body);
-    const at = MAGIC.length + bytes + head.length;
     pending.push(head, body);
     pendingBytes += head.length + body.length;
     bytes += head.length + body.length;
     // Small frames (a small live day is ~1 KB) go out in batches: one write per frame was 100,000 writes.
     if (pendingBytes >= WRITE_BATCH_BYTES) await flush();
+  };
+  /** @returns {Promise<number>} where the frame's body starts in the file */
+  const frame = async (/** @type {unknown} */ value) => {
+    // Bytes the main thread already serialized (cached days and rings), or copied from an earlier file, are written
+    // as they are.
+    const body = value instanceof Uint8Array ? value : serialize(value);
+    const at = MAGIC.length + bytes + 4;
+    await put(frameHeader(body.length), body);
     return at;
   };
+  /** @returns {Promise<Held & { seq: number }>} */
   const encoded = async (/** @type {Encoded} */ e) => {
+    const where = locate(e, source);
+    const baseSeq = where ? bases.get(where.file) : undefined;
+    if (where && baseSeq !== undefined) {
+      // unchanged and in a file kept as a base: a reference, not a copy
+      const h = held.get(e.key);
+      const place =
+        e.at === undefined && h && !('bytes' in h)
+          ? h
+          : (() => {
+              const { body, crc } = resolve(e, copies, source);
+              return { file: where.file, at: /** @type {number} */ (e.at), length: body.length, crc };
+            })();
+      const ref = Buffer.alloc(REF_BYTES);
+      ref.writeDoubleLE(baseSeq, 0);
+      ref.writeDoubleLE(place.at, 8);
+      ref.writeUInt32LE(place.length, 16);
+      ref.writeUInt32LE(place.crc, 20);
+      await put(frameHeader(REF_FRAME), ref);
+      next.set(e.key, place);
+      return { ...place, seq: baseSeq };
+    }
     const { body, crc } = resolve(e, copies, source);
     const place = { file, at: await frame(body), length: body.length, crc };
     next.set(e.key, place);
-    return place;
+    return { ...place, seq: ownSeq };
   };
   try {
     await fh.write(MAGIC);
-    await frame({ version: data.version, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length });
+    await frame({ version: data.version, lastSeq: data.lastSeq, maxRt: data.maxRt, projects: data.projects.length, bases: [...bases.values()] });
     for (const p of data.projects) {
       const { days, recent, ...rest } = p;
       await frame({ ...rest, days: days.length });
@@ -180,8 +273,8 @@ async function writeTo(tmp, data, file, source) {
       else await frame(recent);
       for (const d of days) {
         if (isEncoded(d)) {
-          const { at, length, crc } = await encoded(d);
-          places.set([at, length, crc], dayNo * 3);
+          const { at, length, crc, seq } = await encoded(d);
+          places.set([at, length, crc, seq], dayNo * 4);
         } else await frame(d);
         dayNo++;
       }
@@ -205,7 +298,7 @@ async function writeTo(tmp, data, file, source) {
   } finally {
     await dir.close();
   }
-  return { bytes, places };
+  return { bytes, places, bases: [...bases.values()] };
 }
 
 /**
@@ -226,7 +319,7 @@ parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ r
     return;
   }
   write(req).then(
-    ({ bytes, places }) => parentPort.postMessage({ id: req.id, ok: true, bytes, places }, [places.buffer]),
+    ({ bytes, places, bases }) => parentPort.postMessage({ id: req.id, ok: true, bytes, places, bases }, [places.buffer]),
     (err) => parentPort.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
   );
 });
