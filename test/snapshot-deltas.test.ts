@@ -171,7 +171,8 @@ describe('snapshots that write what changed', () => {
         if (damage === 'gone') unlinkSync(first);
         else {
           const bytes = readFileSync(first);
-          bytes[Math.floor(bytes.length / 2)] ^= 0xff;
+          const at = Math.floor(bytes.length / 2);
+          bytes.writeUInt8(bytes.readUInt8(at) ^ 0xff, at);
           writeFileSync(first, bytes);
         }
         const skipped: string[] = [];

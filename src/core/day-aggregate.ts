@@ -354,6 +354,11 @@ export interface StoredDay {
   at?: number;
   /** that file, when they are in one */
   readonly file?: string;
+  /**
+   * their CRC-32, when the store knows it without reading them (a file this process wrote, or a reference): a
+   * snapshot then references them without reading them again
+   */
+  readonly crc?: number;
   load(): DaySnapshot;
   /**
    * Bytes held in memory only: frees them at once, once the day has moved onto a copy elsewhere (rehome), instead of
@@ -427,9 +432,9 @@ export class DayAggregate implements RangePart {
   }
 
   /** Where the stored bytes are in a snapshot file, while the day sleeps on bytes in one. */
-  storedAt(): { file: string; at: number; length: number } | undefined {
+  storedAt(): { file: string; at: number; length: number; crc?: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length };
+    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length, ...(s.crc === undefined ? {} : { crc: s.crc }) };
   }
 
   /** The stored bytes the day sleeps on (the object itself: see rehome), undefined while it is awake. */

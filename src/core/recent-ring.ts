@@ -44,6 +44,8 @@ export interface StoredRing {
   at?: number;
   /** that file */
   readonly file?: string;
+  /** their CRC-32, when the store knows it without reading them (see StoredDay.crc) */
+  readonly crc?: number;
   load(): PackedRing | Array<string | number>;
 }
 
@@ -212,9 +214,9 @@ export class RecentRing {
   }
 
   /** Where the stored bytes are in the snapshot file they came from, while the ring sleeps and that is known. */
-  storedAt(): { file: string; at: number; length: number } | undefined {
+  storedAt(): { file: string; at: number; length: number; crc?: number } | undefined {
     const s = this.stored;
-    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length };
+    return s?.at === undefined || s.file === undefined ? undefined : { file: s.file, at: s.at, length: s.length, ...(s.crc === undefined ? {} : { crc: s.crc }) };
   }
 
   /** The ring as plain data: a copy of each column and of the string table, no per-entry work (asleep: its bytes). */

@@ -66,6 +66,8 @@ export interface Encoded {
   at?: number;
   length?: number;
   file?: string;
+  /** their CRC-32 when known (the writer then need not read them to reference them) */
+  crc?: number;
 }
 
 /** How a snapshot holds a ring: packed values by default; the engine passes an encoder. */

@@ -168,7 +168,7 @@ export class Snapshotter {
    * `stored`: where a sleeping day or ring has its bytes in a snapshot file. The writer is told that place instead of
    * given a copy, so it does not hold a second copy of every idle project.
    */
-  private encode(key: string, version: string, seen: Set<string>, value: () => unknown, stored?: { file: string; at: number; length: number }): Encoded {
+  private encode(key: string, version: string, seen: Set<string>, value: () => unknown, stored?: { file: string; at: number; length: number; crc?: number }): Encoded {
     seen.add(key);
     if (this.sent.get(key) === version) return { key };
     this.sent.set(key, version);

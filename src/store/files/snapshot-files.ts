@@ -1,4 +1,4 @@
-/** This file is long because the writer thread's handle, the frame reader that checks a file (here or beside a hashing thread) and the pruning of old files share one layout. */
+/** This file is long because the writer thread's handle, the frame reader that checks a file (here or beside a hashing thread), the references into earlier files and the pruning that keeps them share one layout. */
 import { createHash, type Hash } from 'node:crypto';
 import { close, closeSync, fstatSync, mkdirSync, openSync, readdirSync, readSync, rmSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
@@ -719,7 +719,7 @@ class FilePlace<T> {
     readonly at: number,
     readonly length: number,
     private readonly held: HeldFile,
-    private readonly crc?: number,
+    readonly crc?: number,
   ) {}
 
   get file(): string {

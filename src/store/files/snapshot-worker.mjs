@@ -110,7 +110,9 @@ function resolve(e, copies, source) {
     const from = e.file ?? source;
     if (from === undefined) throw new Error(`${e.key} is given by place, but no file is named`);
     const body = copies.read(from, e.at, e.length);
-    return { body, crc: crc32(body) };
+    const crc = crc32(body);
+    if (e.crc !== undefined && crc !== e.crc) throw new Error(`${from} changed on disk at byte ${e.at} (${e.key}): the snapshot is written again from memory`);
+    return { body, crc };
   }
   const h = held.get(e.key);
   if (!h) throw new Error(`snapshot writer holds nothing for ${e.key}`);
@@ -242,13 +244,16 @@ async function writeTo(tmp, data, file, source, refs) {
     if (where && baseSeq !== undefined) {
       // unchanged and in a file kept as a base: a reference, not a copy
       const h = held.get(e.key);
+      // given by place with its CRC-32 known (a reference restored, a file this process wrote): not read again
       const place =
         e.at === undefined && h && !('bytes' in h)
           ? h
-          : (() => {
-              const { body, crc } = resolve(e, copies, source);
-              return { file: where.file, at: /** @type {number} */ (e.at), length: body.length, crc };
-            })();
+          : e.at !== undefined && e.length !== undefined && e.crc !== undefined
+            ? { file: where.file, at: e.at, length: e.length, crc: e.crc }
+            : (() => {
+                const { body, crc } = resolve(e, copies, source);
+                return { file: where.file, at: /** @type {number} */ (e.at), length: body.length, crc };
+              })();
       const ref = Buffer.alloc(REF_BYTES);
       ref.writeDoubleLE(baseSeq, 0);
       ref.writeDoubleLE(place.at, 8);
