@@ -99,6 +99,12 @@ describe('snapshots that write what changed', () => {
       }
       assert.ok(existsSync(first), 'the referenced file is kept past the two newest');
       assert.equal(files.files().length, 3, files.files().join(', '));
+      // it is no restore point: the log's retention is held back by the two newest only, and a log that ends before
+      // them (a backup of an older log) is replayed whole rather than restored onto the base
+      assert.equal(files.oldestSeq(), seqOf(files.files()[1]!));
+      const ahead: string[] = [];
+      assert.equal(new SnapshotFiles(dir).loadNewest(seqOf(first), (f) => ahead.push(path.basename(f))), undefined);
+      assert.deepEqual(ahead, files.files().slice(1).reverse());
       const expected = answers(state);
       await snapshotter.close();
 
@@ -186,6 +192,7 @@ describe('snapshots that write what changed', () => {
         skipped.length = 0;
         assert.equal(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => skipped.push(`${path.basename(f)}: ${why}`)), undefined);
         assert.match(skipped[0]!, new RegExp(path.basename(first)), skipped.join('\n'));
+
       });
     }
   });

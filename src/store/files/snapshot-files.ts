@@ -212,7 +212,7 @@ export class SnapshotFiles {
   loadNewest(maxSeq: number, onSkip: (file: string, why: string) => void): SnapshotData | undefined {
     const early = this.prefetched;
     this.prefetched = undefined;
-    for (const file of this.files().reverse()) {
+    for (const file of this.restorable().reverse()) {
       const full = path.join(this.dir, file);
       if (Number(NAME.exec(file)![1]) > maxSeq) {
         onSkip(full, `covers records beyond the log's last sequence ${maxSeq}`);
@@ -280,8 +280,17 @@ export class SnapshotFiles {
 
   /** Sequence of the oldest snapshot kept (0 when there is none): the log must keep every record after it. */
   oldestSeq(): number {
-    const first = this.files()[0];
+    const first = this.restorable()[0];
     return first === undefined ? 0 : Number(NAME.exec(first)![1]);
+  }
+
+  /**
+   * The files a restart may restore from, oldest first: the newest SNAPSHOTS_KEPT. An older file kept only because a
+   * newer one references it is read through those references, never restored from: so it does not hold back the
+   * log's retention (an idle tenant's days can stay referenced in one file for months).
+   */
+  private restorable(): string[] {
+    return this.files().slice(-SNAPSHOTS_KEPT);
   }
 
   /** The newest snapshot file's path, if there is one. */
