@@ -149,6 +149,28 @@ describe('snapshots that write what changed', () => {
     });
   });
 
+  test('past eight referenced files the smaller ones are merged into the new file at once, and the next snapshots reference it', async () => {
+    await withDir(async (dir) => {
+      const { state, files, snapshotter } = await based(dir);
+      const counts: number[] = [];
+      // each round changes one project's newest day: that day and ring stay unchanged after it, so each file is a base
+      for (let round = 0; round < 12; round++) {
+        fold(state, events(5, 50 + round, [PROJECTS[round]!], [DAYS.at(-1)!]));
+        for (const p of state.projects.values()) for (const d of p.days.values()) if (!d.isAsleep) sleepDay(d);
+        await snapshotter.write();
+        counts.push(basesOf(files.newestFile()!).length);
+      }
+      // 1, 2, … 8 files referenced, then the ninth merges all but the four largest into the new file
+      assert.deepEqual(counts.slice(0, 8), [1, 2, 3, 4, 5, 6, 7, 8]);
+      assert.equal(counts[8], 4, counts.join(', '));
+      assert.ok(counts.slice(9).every((n) => n <= 8), counts.join(', '));
+      assert.ok(files.files().length <= 10, files.files().join(', '));
+      const expected = answers(state);
+      await snapshotter.close();
+      assert.deepEqual(answers(fromSnapshot(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!)), expected);
+    });
+  });
+
   test('after an erasure the snapshot stands alone and every other file goes', async () => {
     await withDir(async (dir) => {
       const { state, files, snapshotter } = await based(dir);
