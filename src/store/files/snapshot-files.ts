@@ -265,15 +265,22 @@ export class SnapshotFiles {
     }
   }
 
-  /** Every snapshot file, oldest first, with its sequence and either its data or why it is unusable (check). */
-  inspect(): Array<{ file: string; seq: number; data?: SnapshotData; problem?: string }> {
+  /**
+   * Every snapshot file, oldest first, with its sequence and either its data or why it is unusable (check). A file
+   * kept only because a newer one references it (`base`) is checked against its own digest and not decoded: it is no
+   * restore point, and its own references may be gone (they were pruned once nothing restorable needed them).
+   */
+  inspect(): Array<{ file: string; seq: number; data?: SnapshotData; problem?: string; base?: true }> {
+    const restorable = new Set(this.restorable());
     return this.files().map((f) => {
       const file = path.join(this.dir, f);
       const seq = Number(NAME.exec(f)![1]);
       try {
-        return { file, seq, data: readSnapshot(file) };
+        if (restorable.has(f)) return { file, seq, data: readSnapshot(file) };
+        checkWholeHere(file);
+        return { file, seq, base: true as const };
       } catch (err) {
-        return { file, seq, problem: err instanceof Error ? err.message : String(err) };
+        return { file, seq, problem: err instanceof Error ? err.message : String(err), ...(restorable.has(f) ? {} : { base: true as const }) };
       }
     });
   }
