@@ -84,6 +84,13 @@ async function based(dir: string): Promise<{ state: AnalyticsState; files: Snaps
   return { state, files, snapshotter, first: files.newestFile()! };
 }
 
+/** Closes the writer, restores the directory's newest snapshot and checks it answers as `state` does. */
+async function restoresSame(dir: string, state: AnalyticsState, snapshotter: Snapshotter): Promise<void> {
+  const expected = answers(state);
+  await snapshotter.close();
+  assert.deepEqual(answers(fromSnapshot(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!)), expected);
+}
+
 describe('snapshots that write what changed', () => {
   test('a later snapshot references the unchanged days, is a fraction of the size, keeps its base and restores the same answers (lazily, eagerly and checked aside)', async () => {
     await withDir(async (dir) => {
@@ -143,9 +150,7 @@ describe('snapshots that write what changed', () => {
       await snapshotter.write();
       assert.deepEqual(basesOf(files.newestFile()!), [seqOf(second)]);
       assert.ok(!existsSync(first), 'the stale file is pruned');
-      const expected = answers(state);
-      await snapshotter.close();
-      assert.deepEqual(answers(fromSnapshot(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!)), expected);
+      await restoresSame(dir, state, snapshotter);
     });
   });
 
@@ -168,9 +173,7 @@ describe('snapshots that write what changed', () => {
       // a kept base may reference files pruned since: the check reads it through nothing but its own digest
       const checked = new SnapshotFiles(dir, { inspectOnly: true }).inspect();
       assert.deepEqual(checked.map((c) => c.problem), checked.map(() => undefined), checked.map((c) => c.problem).join('\n'));
-      const expected = answers(state);
-      await snapshotter.close();
-      assert.deepEqual(answers(fromSnapshot(new SnapshotFiles(dir).loadNewest(state.lastSeq, (f, why) => assert.fail(`${f}: ${why}`))!)), expected);
+      await restoresSame(dir, state, snapshotter);
     });
   });
 
