@@ -105,6 +105,14 @@ export class Snapshotter {
   private async rehome(days: DayAggregate[], asleepOn: Array<StoredDay | undefined>, places: Float64Array): Promise<void> {
     if (places.length !== days.length * 4) return; // a writer that gave no places (or another capture's): leave them
     const placers = new Map<number, { file: string; place: DayPlacer }>();
+    const target = (seq: number) => {
+      let t = placers.get(seq);
+      if (!t) {
+        const file = this.files.pathOf(seq);
+        placers.set(seq, (t = { file, place: this.files.placer(file) }));
+      }
+      return t;
+    };
     let sliceStart = performance.now();
     for (let i = 0; i < days.length; i++) {
       if (i % REHOME_CHECK_EVERY === 0 && performance.now() - sliceStart > PREWARM_SLICE_MS) {
@@ -116,11 +124,9 @@ export class Snapshotter {
       if (from === undefined || Number.isNaN(at)) continue;
       const d = days[i]!;
       if (d.storedDay !== from) continue;
-      const seq = places[i * 4 + 3]!;
-      let target = placers.get(seq);
-      if (!target) placers.set(seq, (target = { file: this.files.pathOf(seq), place: this.files.placer(this.files.pathOf(seq)) }));
-      if (from.file === target.file && from.at === at) continue; // asleep there already (an unchanged day referenced)
-      const to = target.place(from, at, places[i * 4 + 1]!, places[i * 4 + 2]!);
+      const onto = target(places[i * 4 + 3]!);
+      if (from.file === onto.file && from.at === at) continue; // asleep there already (an unchanged day referenced)
+      const to = onto.place(from, at, places[i * 4 + 1]!, places[i * 4 + 2]!);
       if (to === undefined) continue; // the file is gone already: a later write moves it
       if (!d.rehome(from, to) || from.file !== undefined) continue;
       this.rehomed++;

@@ -586,28 +586,25 @@ class Bases {
 
   /** The next frame's place: skipped over in this file, or the place a reference names. */
   place(r: FrameReader, self: HeldFile): BodyPlace {
-    const length = r.u32();
-    if (length === 0) throw new Error('fewer frames than the header says');
-    if (length !== REF_FRAME) {
-      const at = r.position;
-      r.skip(length);
-      return { at, length, held: self };
-    }
-    const ref = r.read(REF_BYTES);
-    return { at: ref.readDoubleLE(8), length: ref.readUInt32LE(16), held: this.file(ref.readDoubleLE(0)), crc: ref.readUInt32LE(20) };
+    const length = frameLength(r);
+    if (length === REF_FRAME) return this.referenced(r);
+    const at = r.position;
+    r.skip(length);
+    return { at, length, held: self };
   }
 
   /** The next frame's body: read from this file, or from the earlier one a reference names (its CRC-32 checked). */
   body(r: FrameReader): Uint8Array {
-    const length = r.u32();
-    if (length === 0) throw new Error('fewer frames than the header says');
+    const length = frameLength(r);
     if (length !== REF_FRAME) return r.read(length);
+    const p = this.referenced(r);
+    return new FilePlace(p.at, p.length, p.held, p.crc).bytes;
+  }
+
+  /** A reference frame's body (after its length): the place it names. */
+  private referenced(r: FrameReader): BodyPlace {
     const ref = r.read(REF_BYTES);
-    const held = this.file(ref.readDoubleLE(0));
-    const at = ref.readDoubleLE(8);
-    const b = held.read(at, ref.readUInt32LE(16));
-    if (crc32(b) !== ref.readUInt32LE(20)) throw new Error(`${held.file} changed on disk at byte ${at}, which this snapshot references`);
-    return b;
+    return { at: ref.readDoubleLE(8), length: ref.readUInt32LE(16), held: this.file(ref.readDoubleLE(0)), crc: ref.readUInt32LE(20) };
   }
 
   private file(seq: number): HeldFile {

@@ -131,8 +131,8 @@ function resolve(e, copies, source) {
 
 /**
  * @param {WriteRequest} req
- * @returns {Promise<{ bytes: number, places: Float64Array, bases: number[] }>} the file's size, where each day
- * landed (see writeTo) and the earlier files it references
+ * @returns {Promise<{ bytes: number, places: Float64Array }>} the file's size, and where each day landed (see
+ * writeTo)
  */
 async function write({ data, file, source, refs }) {
   const tmp = `${file}.tmp`;
@@ -157,6 +157,20 @@ function locate(e, source) {
   }
   const h = held.get(e.key);
   return h && !('bytes' in h) ? { file: h.file, length: h.length } : undefined;
+}
+
+/**
+ * The place of an item whose bytes are in `file`: as held from an earlier write, as given with its CRC-32 (a
+ * reference restored, a file this process wrote: not read again), or read to take its CRC-32.
+ * @param {string} file @param {Encoded} e @param {CopyReader} copies @param {string | undefined} source
+ * @returns {{ file: string, at: number, length: number, crc: number }}
+ */
+function placeIn(file, e, copies, source) {
+  const h = held.get(e.key);
+  if (e.at === undefined && h && !('bytes' in h)) return h;
+  if (e.at !== undefined && e.length !== undefined && e.crc !== undefined) return { file, at: e.at, length: e.length, crc: e.crc };
+  const { body, crc } = resolve(e, copies, source);
+  return { file, at: /** @type {number} */ (e.at), length: body.length, crc };
 }
 
 /**
@@ -201,7 +215,7 @@ function chooseBases(data, file, source) {
  * @param {string} tmp @param {SnapshotData} data @param {string} file @param {string | undefined} source
  * @param {boolean} refs whether unchanged frames in earlier files may be referenced (otherwise copied: a file that
  * stands alone, as after an erasure or for the object store)
- * @returns {Promise<{ bytes: number, places: Float64Array, bases: number[] }>} `places`: four numbers per day frame,
+ * @returns {Promise<{ bytes: number, places: Float64Array }>} `places`: four numbers per day frame,
  * in the order of the days in `data` (project by project): where its body starts, its length, its CRC-32 and the
  * sequence of the file that holds it (this one, or the earlier one it references); NaN for a day given as data rather
  * than encoded. The main thread moves sleeping days onto those places (Snapshotter).
@@ -253,17 +267,7 @@ async function writeTo(tmp, data, file, source, refs) {
     const baseSeq = where ? bases.get(where.file) : undefined;
     if (where && baseSeq !== undefined) {
       // unchanged and in a file kept as a base: a reference, not a copy
-      const h = held.get(e.key);
-      // given by place with its CRC-32 known (a reference restored, a file this process wrote): not read again
-      const place =
-        e.at === undefined && h && !('bytes' in h)
-          ? h
-          : e.at !== undefined && e.length !== undefined && e.crc !== undefined
-            ? { file: where.file, at: e.at, length: e.length, crc: e.crc }
-            : (() => {
-                const { body, crc } = resolve(e, copies, source);
-                return { file: where.file, at: /** @type {number} */ (e.at), length: body.length, crc };
-              })();
+      const place = placeIn(where.file, e, copies, source);
       const ref = Buffer.alloc(REF_BYTES);
       ref.writeDoubleLE(baseSeq, 0);
       ref.writeDoubleLE(place.at, 8);
@@ -313,7 +317,7 @@ async function writeTo(tmp, data, file, source, refs) {
   } finally {
     await dir.close();
   }
-  return { bytes, places, bases: [...bases.values()] };
+  return { bytes, places };
 }
 
 /**
@@ -334,7 +338,7 @@ parentPort.on('message', (/** @type {WriteRequest | { preload: Encoded[] }} */ r
     return;
   }
   write(req).then(
-    ({ bytes, places, bases }) => parentPort.postMessage({ id: req.id, ok: true, bytes, places, bases }, [places.buffer]),
+    ({ bytes, places }) => parentPort.postMessage({ id: req.id, ok: true, bytes, places }, [places.buffer]),
     (err) => parentPort.postMessage({ id: req.id, ok: false, message: err instanceof Error ? err.message : String(err) }),
   );
 });
