@@ -9,6 +9,8 @@ test('defaults match the contract when the environment is empty', () => {
     [8080, 50051, '127.0.0.1', './storage', 'flush', undefined, false],
   );
   assert.deepEqual(c.rate, { perKey: 1000, burstPerKey: 2000, perIp: 50, burstPerIp: 100 });
+  assert.equal(c.heapGrowingPercent, 25);
+  assert.equal(loadConfig({ ANALYTICS_HEAP_GROWING_PERCENT: '0' }).heapGrowingPercent, 0, '0 hands the choice back to V8');
   assert.ok(Object.isFrozen(c));
 });
 
@@ -19,6 +21,8 @@ test('bad values stop startup with a message naming each setting', () => {
     [{ ANALYTICS_DURABILITY: 'sometimes' }, 'ANALYTICS_DURABILITY'],
     [{ ANALYTICS_ADMIN_KEY: 'short' }, 'ANALYTICS_ADMIN_KEY'],
     [{ TRUST_PROXY: 'maybe' }, 'TRUST_PROXY'],
+    [{ ANALYTICS_HEAP_GROWING_PERCENT: '-5' }, 'ANALYTICS_HEAP_GROWING_PERCENT'],
+    [{ ANALYTICS_HEAP_GROWING_PERCENT: 'lots' }, 'ANALYTICS_HEAP_GROWING_PERCENT'],
   ] as const) {
     assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.message.includes(name), name);
   }
