@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
 import { REPO_ROOT } from './lib/child.ts';
+import { passThrough } from './lib/service-outside.ts';
 
 /**
  * `npx tsx bench/history.ts [--quick] [--events=N] [--import-only] [--profile=DIR]`: history in and out through the real parts. A service process
@@ -110,7 +111,7 @@ async function main(): Promise<void> {
   const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   const service = spawn(process.execPath, [...profile, ...nodeArgsFor('main.ts')], {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1', METRICS_PORT: new URL(metricsUrl).port },
+    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...passThrough(), PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1', METRICS_PORT: new URL(metricsUrl).port },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   try {

@@ -1,4 +1,3 @@
-import { setFlagsFromString } from 'node:v8';
 import { ConfigError, loadConfig } from './config.ts';
 import { DataDirHeld } from './store/files/data-dir-lock.ts';
 import { StoreRefused, startWalkEarly } from './store/lmdb/lmdb-probe.ts';
@@ -23,13 +22,9 @@ async function main(): Promise<void> {
   // The storage check's child process starts first and runs on the other core while the service's modules load
   // (~0.5 s): the two were the longest steps of a restart, one after the other.
   if (config.mode === 'lmdb') startWalkEarly(config.dataDir);
-  const { startService } = await import('./service.ts');
+  const { startService, tuneHeap } = await import('./service.ts');
   const service = await startService(config);
-  // Set in the process, not on node's command line, so every launcher has it (npm start, `analytics serve`, the
-  // container, a unit), and only now: V8 reads it at each collection, and startup's state build runs faster at V8's own
-  // pick. At that pick a 3M-event import held +132 MiB more anonymous memory, half of it garbage and array buffers
-  // waiting for a full collection; at 25 %, +61 MiB (docs/history.md).
-  setFlagsFromString(`--heap-growing-percent=${config.heapGrowingPercent}`);
+  tuneHeap(config);
   if (!config.quiet) {
     const metricsUrl = new URL('/metrics', service.url);
     metricsUrl.port = String(service.metricsPort);

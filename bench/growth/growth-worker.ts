@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay, performance, type IntervalHistogram } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config.ts';
-import { startService, type RunningService } from '../../src/service.ts';
+import { startService, tuneHeap, type RunningService } from '../../src/service.ts';
 import { serveCommands } from '../lib/child.ts';
 import { buildBulk, bulkColumns, bulkState } from './build-bulk.ts';
 import type { BuildArgs, BuildResult } from './build-common.ts';
@@ -44,6 +44,7 @@ async function serve(a: { dir: string; adminKey: string; env?: Record<string, st
   const t = performance.now();
   service = await startService(config, { log: () => {} });
   const startMs = performance.now() - t;
+  tuneHeap(config); // as src/main.ts does: this child is the service's process
   gc();
   return { url: service.url, startMs, rssBytes: process.memoryUsage().rss, anonBytes: anonBytes() };
 }

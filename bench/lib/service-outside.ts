@@ -38,12 +38,19 @@ export function procStatusBytes(pid: number, field: 'RssAnon' | 'VmRSS'): number
  */
 let fetchLoaded: Promise<unknown> | undefined;
 
+/** Settings an A/B run gives the service from the bench's own environment (e.g. `ANALYTICS_HEAP_GROWING_PERCENT=0`). */
+const PASSED_THROUGH = ['MALLOC_ARENA_MAX', 'ANALYTICS_HEAP_GROWING_PERCENT'];
+
+export function passThrough(): Record<string, string> {
+  return Object.fromEntries(PASSED_THROUGH.filter((k) => process.env[k] !== undefined).map((k) => [k, process.env[k]!]));
+}
+
 export async function startOutside(dataDir: string, adminKey: string, env: Record<string, string> = {}): Promise<OutsideService> {
   await (fetchLoaded ??= fetch('data:,').then((r) => r.arrayBuffer()));
   const t0 = performance.now();
   const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
     cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...(process.env.MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX } : {}), PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
+    env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...passThrough(), PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
