@@ -8,7 +8,7 @@ import { LogStore } from '../src/store/lmdb/log-store.ts';
 import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
 
 /**
- * `npx tsx bench/erase.ts [events]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The
+ * `npx tsx bench/erase.ts [events] [--settle=MS]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The
  * service runs in its own process; this process creates two projects through the API, stops it, writes `events`
  * events of the doomed project into the log in bulk (with a marker string in every URL), starts it again (it
  * replays them), then runs a writer of the other project (one event per request every WRITE_EVERY_MS, latency from
@@ -16,18 +16,18 @@ import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
  * writer's p99 and longest wait and /health's longest wait from the DELETE until the service logs that the erasure
  * left every file, that erasure time, and how many copies of the marker are left in the data directory; then its own
  * event-loop delay over that time and the machine's load, since on shared cores part of a long wait is this process.
- * Not part of `npm run bench`.
+ * Part (g) of `npm run bench -- --growth` (bench/growth-outside.ts reads its last line, JSON).
  */
 
-const TOTAL = Number(process.argv[2] ?? 1_000_000);
+const TOTAL = Number(process.argv.slice(2).find((a) => !a.startsWith('--')) ?? 1_000_000);
 /** Events per bulk append (split into entries of 256 by the store). */
 const FILL_BATCH = 5_000;
 const WRITE_EVERY_MS = 20;
 const PING_EVERY_MS = 10;
 /** Measured before the DELETE, for a baseline. */
 const QUIET_MS = 3_000;
-/** After the start, before measuring: the replay's background work (sealing, the columns of the replayed events, the first snapshot) is not the erasure's. */
-const SETTLE_MS = 20_000;
+/** After the start, before measuring: the replay's background work (sealing, the columns of the replayed events, the first snapshot) is not the erasure's. `--settle=MS` for a small run. */
+const SETTLE_MS = Number(process.argv.find((a) => a.startsWith('--settle='))?.slice('--settle='.length) ?? 20_000);
 /** The erasure must end within this long, or the bench says so. */
 const ERASE_TIMEOUT_MS = 600_000;
 const ADMIN = 'ak_bench_erase_0123456789abcdef0123456789';
@@ -167,10 +167,16 @@ try {
   const f = (x: number) => x.toFixed(1);
   const mb = (x: number) => `${(x / 2 ** 20).toFixed(0)} MiB`;
   console.log(`DELETE of a tenant of ${TOTAL} events: ${del.status} in ${f(deleteMs)} ms; its key then ${keysRefused}, its metrics ${metrics}`);
-  console.log(`erasure from every file: ${erasedIn ?? 'NOT FINISHED'} ms (analytics.lmdb ${mb(lmdbBefore)} -> ${mb(lmdbAfter)}); marker copies left in the data directory: ${markersIn(dir)}`);
+  const markersLeft = markersIn(dir);
+  console.log(`erasure from every file: ${erasedIn ?? 'NOT FINISHED'} ms (analytics.lmdb ${mb(lmdbBefore)} -> ${mb(lmdbAfter)}); marker copies left in the data directory: ${markersLeft}`);
   console.log(`other tenant's ingest (1 event / ${WRITE_EVERY_MS} ms): before p99 ${f(p99(quiet(writes)))} ms; during erasure p99 ${f(p99(during(writes)))} ms, longest ${f(max(during(writes)))} ms (${during(writes).length} writes)`);
   console.log(`/health (every ${PING_EVERY_MS} ms): before longest ${f(max(quiet(pings)))} ms; during erasure longest ${f(max(during(pings)))} ms, p99 ${f(p99(during(pings)))} ms`);
   console.log(`this process's own event-loop delay during the erasure: longest ${f(ownDelay.max / 1e6)} ms, p99 ${f(ownDelay.percentile(99) / 1e6)} ms; machine load ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  // the last line, for bench/growth-outside.ts
+  console.log(JSON.stringify({
+    deleteStatus: del.status, deleteMs: Math.round(deleteMs * 10) / 10, keyStatus: keysRefused, erasedMs: erasedIn === undefined ? null : Number(erasedIn), markersLeft,
+    writesP99Ms: p99(during(writes)), writesMaxMs: max(during(writes)), writes: during(writes).length, healthMaxMs: max(during(pings)),
+  }));
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

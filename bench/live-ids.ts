@@ -8,7 +8,7 @@ import type { LoadResult, LoadSpec } from './load/load-worker.ts';
 import { wireEvents } from './state/generate-events.ts';
 
 /**
- * `npx tsx bench/live-ids.ts [--events=3000000] [--days=30] [--seconds=20]`: a month of live traffic where every
+ * `npx tsx bench/live-ids.ts [--events=3000000] [--days=30] [--seconds=20] [--idle=40000]`: a month of live traffic where every
  * event carries an eventId (the exactly-once promise's heaviest case), measured from outside as a user runs the
  * service (`node dist/main.js`, snapshots every 2 s):
  * - N events over the last D days (nearly one visit per event), sent over HTTP in batches of 500, 4 at a time;
@@ -37,7 +37,7 @@ const SNAPSHOT_MS = '2000';
 /** After the ingest or a restart, memory is read once the service has been idle this long. */
 const SETTLE_MS = 5_000;
 /** And again after this much idle time: the days the ingest finished asleep (1–2 s) and V8 has collected their garbage. */
-const IDLE_MS = 40_000;
+const IDLE_MS = Math.max(SETTLE_MS, arg('idle', 40_000));
 const DAY_MS = 86_400_000;
 
 const mib = (b: number) => Math.round(b / 2 ** 20);

@@ -7,7 +7,7 @@ import { runIngest, BATCH_SIZE, CONNECTIONS, type IngestResults } from './ingest
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median } from './lib/latency.ts';
 import { Progress } from './lib/progress.ts';
-import { GROWTH_FULL, GROWTH_QUICK, growthRows, runGrowth, type GrowthParams, type GrowthResults } from './growth.ts';
+import { GROWTH_FULL, GROWTH_PARTS, GROWTH_QUICK, growthRows, runGrowth, type GrowthParams, type GrowthResults } from './growth.ts';
 import { CLUSTER_FULL, CLUSTER_QUICK, clusterRows, runCluster } from './cluster.ts';
 import { QUESTIONS_FULL, QUESTIONS_QUICK, questionRows, runQuestions } from './questions.ts';
 import { renderTable, type Row } from './report.ts';
@@ -37,6 +37,10 @@ const scaleArg = process.argv.find((a) => a.startsWith('--scale='));
 const SCALE = scaleArg === undefined ? 1 : Number(scaleArg.slice('--scale='.length));
 if (!(SCALE > 0 && SCALE <= 1)) throw new Error(`--scale takes a number in (0, 1], got ${scaleArg}`);
 const GROWTH = scaleGrowth(quick ? GROWTH_QUICK : GROWTH_FULL, SCALE);
+/** `--parts=efg` (with `--growth`): only the growth parts named, (a)–(g). */
+const partsArg = process.argv.find((a) => a.startsWith('--parts='));
+const PARTS = partsArg === undefined ? GROWTH_PARTS : partsArg.slice('--parts='.length);
+if (!/^[a-g]+$/.test(PARTS)) throw new Error(`--parts takes letters a–g, got ${partsArg}`);
 
 function scaleGrowth(p: GrowthParams, f: number): GrowthParams {
   if (f === 1) return p;
@@ -47,6 +51,7 @@ function scaleGrowth(p: GrowthParams, f: number): GrowthParams {
     c: { ...p.c, events: n(p.c.events) },
     d: { ...p.d, events: n(p.d.events) },
     readMs: p.readMs,
+    outside: { e: { ...p.outside.e, events: n(p.outside.e.events) }, f: { ...p.outside.f, events: n(p.outside.f.events) }, g: { ...p.outside.g, events: n(p.outside.g.events) } },
   };
 }
 
@@ -102,7 +107,7 @@ async function main(): Promise<void> {
       return;
     }
     if (growthOnly) {
-      const growth = await runGrowth(tmp, GROWTH, progress);
+      const growth = await runGrowth(tmp, GROWTH, progress, PARTS);
       progress.done();
       finish(growthRows(growth, GROWTH), notes, started, { growth });
       return;
