@@ -105,33 +105,23 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
     return (await load.call<LoadResult>('closed', { ...spec, durationMs: p.readMs })).latency;
   };
   try {
-    if (parts.includes('a')) {
-      progress.show(`growth (a): building 1 project, ${p.a.days} days, ${p.a.events.toLocaleString('en-US')} events (bulk)`);
-      const dirA = path.join(tmp, 'growth-a');
-      const buildA = await inChild((c) => c.call<BuildResult>('build', { dir: dirA, projects: 1, events: p.a.events, days: p.a.days, lastDay }));
-      progress.show('growth (a): fresh service, startup, RSS, GET /metrics 30 days / 12 months');
-      g.a = await inChild(async (c) => {
-        const served = await c.call<Served>('serve', { dir: dirA, adminKey: buildA.adminKey });
-        const read30 = await read(served.url, buildA.secretKey, addDays(lastDay, -29), lastDay);
-        const read365 = await read(served.url, buildA.secretKey, addDays(lastDay, -364), lastDay);
+    // (a) and (b): a year's state built in bulk, then served fresh: startup, RSS, GET /metrics 30 days / 12 months
+    const yearState = async (part: 'a' | 'b', projects: number, events: number, days: number, whose: string) => {
+      const n = (x: number) => x.toLocaleString('en-US');
+      progress.show(`growth (${part}): building ${n(projects)} project${projects === 1 ? '' : 's (Zipf)'}, ${days} days, ${n(events)} events (bulk)`);
+      const dir = path.join(tmp, `growth-${part}`);
+      const build = await inChild((c) => c.call<BuildResult>('build', { dir, projects, events, days, lastDay }));
+      progress.show(`growth (${part}): fresh service, startup, RSS, GET /metrics 30 days / 12 months${whose}`);
+      return inChild(async (c) => {
+        const served = await c.call<Served>('serve', { dir, adminKey: build.adminKey });
+        const read30 = await read(served.url, build.secretKey, addDays(lastDay, -29), lastDay);
+        const read365 = await read(served.url, build.secretKey, addDays(lastDay, -364), lastDay);
         await c.call('stop');
-        return { build: buildA, served, read30, read365 };
+        return { build, served, read30, read365 };
       });
-    }
-
-    if (parts.includes('b')) {
-      progress.show(`growth (b): building ${p.b.projects.toLocaleString('en-US')} projects (Zipf), ${p.b.days} days, ${p.b.events.toLocaleString('en-US')} events`);
-      const dirB = path.join(tmp, 'growth-b');
-      const buildB = await inChild((c) => c.call<BuildResult>('build', { dir: dirB, projects: p.b.projects, events: p.b.events, days: p.b.days, lastDay }));
-      progress.show('growth (b): fresh service, startup, RSS, GET /metrics 30 days / 12 months of the busiest project');
-      g.b = await inChild(async (c) => {
-        const served = await c.call<Served>('serve', { dir: dirB, adminKey: buildB.adminKey });
-        const read30 = await read(served.url, buildB.secretKey, addDays(lastDay, -29), lastDay);
-        const read365 = await read(served.url, buildB.secretKey, addDays(lastDay, -364), lastDay);
-        await c.call('stop');
-        return { build: buildB, served, read30, read365 };
-      });
-    }
+    };
+    if (parts.includes('a')) g.a = await yearState('a', 1, p.a.events, p.a.days, '');
+    if (parts.includes('b')) g.b = await yearState('b', p.b.projects, p.b.events, p.b.days, ' of the busiest project');
 
     if (parts.includes('c')) {
       progress.show(`growth (c): building ${p.c.events.toLocaleString('en-US')} events over ${p.c.days} days`);
