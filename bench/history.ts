@@ -1,12 +1,11 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
 import { REPO_ROOT } from './lib/child.ts';
-import { passThrough } from './lib/service-outside.ts';
+import { freePort, ownLoopDelayMs, passThrough } from './lib/service-outside.ts';
 
 /**
  * `npx tsx bench/history.ts [--quick] [--events=N] [--import-only] [--profile=DIR]`: history in and out through the real parts. A service process
@@ -43,15 +42,6 @@ function cpuSeconds(pid: number): number {
 function childrenCpuSeconds(): number {
   const fields = readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[13]) + Number(fields[14])) / 100;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 function rssAnon(pid: number): number {
@@ -212,17 +202,6 @@ async function main(): Promise<void> {
     await new Promise((r) => service.once('exit', r));
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/**
- * The service's own longest event-loop delay since the previous scrape (prom-client's monitorEventLoopDelay, reset at
- * each scrape): what its loop was held for, without the share of the cores this process and the CLI took.
- */
-async function ownLoopDelayMs(metricsUrl: string): Promise<number> {
-  const text = await (await fetch(metricsUrl)).text();
-  const m = /^analytics_nodejs_eventloop_lag_max_seconds\s+(\S+)$/m.exec(text);
-  if (!m) throw new Error('the operator metrics have no analytics_nodejs_eventloop_lag_max_seconds');
-  return Number(m[1]) * 1000;
 }
 
 await main();

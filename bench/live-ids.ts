@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
-import { startOutside, type OutsideService } from './lib/service-outside.ts';
+import { freePort, ownLoopDelayMs, startOutside, type OutsideService } from './lib/service-outside.ts';
 import type { LoadResult, LoadSpec } from './load/load-worker.ts';
 import { wireEvents } from './state/generate-events.ts';
 
@@ -14,7 +14,8 @@ import { wireEvents } from './state/generate-events.ts';
  * - N events over the last D days (nearly one visit per event), sent over HTTP in batches of 500, 4 at a time;
  * - anonymous RSS once the ingest has settled (5 s), and after 40 s idle (the finished days asleep);
  * - then a light fixed load (single-event POSTs at a fixed rate, open loop, from a load child) while a ping child
- *   asks GET /health every 5 ms: /health's longest wait and POST p99 from the intended send time;
+ *   asks GET /health every 5 ms: /health's longest wait and POST p99 from the intended send time, and the service's
+ *   own longest event-loop delay meanwhile (its operator metrics: no other process's share of the cores in it);
  * - then a restart: spawn to the first /health 200, and anonymous RSS after it settles.
  * One JSON line.
  */
@@ -90,7 +91,9 @@ async function fill(svc: OutsideService, key: string): Promise<{ seconds: number
 
 const dir = mkdtempSync(path.join(tmpdir(), 'live-ids-'));
 const adminKey = `ak_${randomBytes(24).toString('base64url')}`;
-const env = { ANALYTICS_SNAPSHOT_INTERVAL_MS: SNAPSHOT_MS, ANALYTICS_RATE_PER_KEY: '1000000', ANALYTICS_RATE_PER_IP: '1000000' };
+const metricsPort = await freePort();
+const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+const env = { ANALYTICS_SNAPSHOT_INTERVAL_MS: SNAPSHOT_MS, ANALYTICS_RATE_PER_KEY: '1000000', ANALYTICS_RATE_PER_IP: '1000000', METRICS_PORT: String(metricsPort) };
 const load = new BenchChild(path.join(REPO_ROOT, 'bench/load/load-worker.ts'));
 const pinger = new BenchChild(path.join(REPO_ROOT, 'bench/growth/growth-worker.ts'));
 let svc: OutsideService | undefined;
@@ -107,10 +110,12 @@ try {
     origin: svc.url, path: '/analytics', method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     bodies: wireEvents(200).map((e) => JSON.stringify(e)), connections: 16, durationMs: SECONDS * 1000, rate: LIGHT_RATE,
   };
+  await ownLoopDelayMs(metricsUrl); // a scrape starts the service's event-loop delay histogram afresh
   const [light, ping] = await Promise.all([
     load.call<LoadResult>('open', spec),
     pinger.call<{ pings: number; maxMs: number; over50: number; p99: number }>('ping', { url: svc.url, durationMs: SECONDS * 1000, everyMs: 5 }),
   ]);
+  const ownLoopMs = await ownLoopDelayMs(metricsUrl);
   const underLoadMiB = mib(svc.anonBytes());
   await svc.stop();
   svc = await startOutside(dir, adminKey, env);
@@ -120,7 +125,7 @@ try {
   console.log(JSON.stringify({
     events: EVENTS, days: DAYS, fill: filled, anonMiB: { afterFill: afterFillMiB, idle: idleMiB, underLoad: underLoadMiB, afterRestart: afterRestartMiB },
     light: { rate: LIGHT_RATE, ok: light.ok, p50: light.latency.p50, p99: light.latency.p99, max: light.latency.max },
-    health: { longestMs: Math.round(ping.maxMs * 10) / 10, over50: ping.over50, pings: ping.pings }, restartMs,
+    health: { longestMs: Math.round(ping.maxMs * 10) / 10, over50: ping.over50, pings: ping.pings, ownLoopMs: Math.round(ownLoopMs * 10) / 10 }, restartMs,
   }));
 } finally {
   await svc?.stop();

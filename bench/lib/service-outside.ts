@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { nodeArgsFor, SERVICE_ENV } from '../../bin/dist.mjs';
 import { REPO_ROOT } from './child.ts';
 
@@ -85,3 +86,25 @@ export async function startOutside(dataDir: string, adminKey: string, env: Recor
     },
   };
 }
+
+/** A TCP port free on the loopback now (for a setting that takes a port, e.g. METRICS_PORT). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The service's own longest event-loop delay since the previous scrape (prom-client's monitorEventLoopDelay, reset at
+ * each scrape): what its loop was held for, without the share of the cores the measuring processes took.
+ */
+export async function ownLoopDelayMs(metricsUrl: string): Promise<number> {
+  const text = await (await fetch(metricsUrl)).text();
+  const m = /^analytics_nodejs_eventloop_lag_max_seconds\s+(\S+)$/m.exec(text);
+  if (!m) throw new Error('the operator metrics have no analytics_nodejs_eventloop_lag_max_seconds');
+  return Number(m[1]) * 1000;
+}
+
