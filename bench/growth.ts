@@ -107,7 +107,6 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
   try {
     // (a) and (b): a year's state built in bulk, then served fresh: startup, RSS, GET /metrics 30 days / 12 months
     const yearState = async (part: 'a' | 'b', projects: number, events: number, days: number, whose: string) => {
-      const n = (x: number) => x.toLocaleString('en-US');
       progress.show(`growth (${part}): building ${n(projects)} project${projects === 1 ? '' : 's (Zipf)'}, ${days} days, ${n(events)} events (bulk)`);
       const dir = path.join(tmp, `growth-${part}`);
       const build = await inChild((c) => c.call<BuildResult>('build', { dir, projects, events, days, lastDay }));
@@ -124,7 +123,7 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
     if (parts.includes('b')) g.b = await yearState('b', p.b.projects, p.b.events, p.b.days, ' of the busiest project');
 
     if (parts.includes('c')) {
-      progress.show(`growth (c): building ${p.c.events.toLocaleString('en-US')} events over ${p.c.days} days`);
+      progress.show(`growth (c): building ${n(p.c.events)} events over ${p.c.days} days`);
       const dirC = path.join(tmp, 'growth-c');
       const buildC = await inChild((c) => c.call<BuildResult>('build', { dir: dirC, projects: 1, events: p.c.events, days: p.c.days, lastDay }));
       const bodies = wireEvents(200).map((e) => JSON.stringify(e));
@@ -152,7 +151,7 @@ export async function runGrowth(tmp: string, p: GrowthParams, progress: Progress
     }
 
     if (parts.includes('d')) {
-      progress.show(`growth (d): ${p.d.events.toLocaleString('en-US')} events live over HTTP with eventIds, batches of ${p.d.batch}`);
+      progress.show(`growth (d): ${n(p.d.events)} events live over HTTP with eventIds, batches of ${p.d.batch}`);
       const dirD = path.join(tmp, 'growth-d');
       const buildD = await inChild((cc) => cc.call<BuildResult>('build', { dir: dirD, projects: 1, events: 1000, days: 1, lastDay }));
       g.d = await inChild(async (cc) => {
