@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { check, rebuild } from '../src/engine/maintenance.ts';
 import { LogStore } from '../src/store/lmdb/log-store.ts';
+import { startProxy } from './forwarding-proxy.ts';
 import { api, createProject, startTestService, todayUtc, type TestService } from './helpers.ts';
 
 const BIN = fileURLToPath(new URL('../bin/analytics.js', import.meta.url));
@@ -25,12 +26,12 @@ interface Run {
   stderr: string;
 }
 
-function cli(args: string[], input?: string): Promise<Run> {
+function cli(args: string[], input?: string, url = svc.url): Promise<Run> {
   return new Promise((resolve) => {
     const child = execFile(
       process.execPath,
       [BIN, ...args],
-      { env: { PATH: process.env.PATH ?? '', ANALYTICS_URL: svc.url, ANALYTICS_KEY: svc.adminKey }, timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
+      { env: { PATH: process.env.PATH ?? '', ANALYTICS_URL: url, ANALYTICS_KEY: svc.adminKey }, timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
       (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }),
     );
     if (input !== undefined) child.stdin!.end(input);
@@ -299,6 +300,27 @@ describe('export and import', () => {
     assert.match(text.stdout, /line 2: not JSON/);
     assert.match(text.stdout, /line 3: timestamp: is required/);
     assert.match(text.stdout, /line 4: not a JSON object/);
+  });
+
+  test('analytics import starts each lane with small batches and doubles them up to 500 events', async () => {
+    const p = await createProject(svc.url, svc.adminKey);
+    const proxy = await startProxy(svc.url);
+    try {
+      const start = at('2016-03-01', 0);
+      const lines = Array.from({ length: 3000 }, (_, i) => JSON.stringify({ event: 'page_view', url: `https://a.example/${i % 7}`, sessionId: `s${i % 40}`, timestamp: start + i * 1000, eventId: `ramp-${i}` }));
+      const run = await cli(['import', '--project', p.project.id, '-', '--key', p.keys.secret, '--json'], lines.join('\n'), proxy.origin);
+      assert.equal(run.code, 0, run.stderr);
+      assert.equal(JSON.parse(run.stdout).accepted, 3000);
+      const sizes = proxy.log.filter((x) => x.path.endsWith('/history')).map((x) => (JSON.parse(x.body) as unknown[]).length);
+      assert.equal(sizes.reduce((a, b) => a + b, 0), 3000, 'every line sent once');
+      // a lane's second batch waits for its first answer, so the first exchange is a first batch
+      assert.ok(sizes[0]! <= 16, `first batch of ${sizes[0]} events`);
+      for (const step of [16, 32, 64, 128, 256]) assert.ok(sizes.includes(step), `a batch of ${step} in ${sizes.join(', ')}`);
+      assert.equal(Math.max(...sizes), 500);
+      assert.equal((await dayFigures(p.keys.secret, '2016-03-01')).pageviews, 3000);
+    } finally {
+      await proxy.close();
+    }
   });
 
   test('deleting a project erases its history and the ids it remembered', async () => {

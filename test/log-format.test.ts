@@ -8,6 +8,7 @@ import fc from 'fast-check';
 import type { LogRecord } from '../src/core/types.ts';
 import { check, rawEvents, rebuild } from '../src/engine/maintenance.ts';
 import { compress, CorruptStream, decompress, Dictionary, MAX_DICTIONARY } from '../src/store/lmdb/dict-lz.ts';
+import { checkEntry } from '../src/store/lmdb/log-entry-format.ts';
 import { LogDamage, LogStore, type StoredEntries } from '../src/store/lmdb/log-store.ts';
 
 /**
@@ -106,6 +107,30 @@ test('a log written by the previous release (format 2) and continued in format 4
     assert.equal(await again.append([rec('p_a', 1200)]), 1201);
     assert.equal([...again.readAfter(1199)].length, 2);
     await again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('entries encoded before their transaction are encoded again when it adopts a new dictionary or admits fewer records', async () => {
+  const dir = tmp();
+  try {
+    let stored!: StoredEntries;
+    const store = LogStore.open(dir, 'commit', { entries: (e) => (stored = e) });
+    const records = Array.from({ length: 400 }, (_, i) => rec('p_a', i));
+    assert.equal(await store.append(records.slice(0, 100)), 1);
+    // the log holds 100 records: this append's transaction builds the first dictionary, after its entry was encoded
+    assert.equal(await store.append(records.slice(100, 150)), 101);
+    assert.equal(checkEntry(stored.storedEntry(101), 101).dictId, 1, 'compressed against the dictionary its transaction adopted');
+    assert.ok(Buffer.isBuffer(store.getMeta<Buffer>('logDict:1')));
+    // admit drops every other record: what is stored is what it kept, not what was encoded before
+    const kept = records.slice(150, 400).filter((_, i) => i % 2 === 0);
+    assert.equal(await store.append(records.slice(150, 400), undefined, (given) => given.filter((_, i) => i % 2 === 0)), 151);
+    assert.equal(checkEntry(stored.storedEntry(151), 151).count, kept.length);
+    assert.deepEqual([...store.readAfter(0)].map((r) => r.record), [...records.slice(0, 150), ...kept]);
+    assert.equal(store.lastSeq(), 150 + kept.length);
+    await store.close();
+    assert.deepEqual((await check(dir)).problems, []);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -44,6 +44,12 @@ export const RECENT_KEEP_FLUSHES = 5;
 /** A question yields to the event loop after this much work, so a request never waits behind it longer. */
 const SLICE_MS = 20;
 /**
+ * The flush's encoding and a quiet day's merge yield after this much: they run beside an import's requests, and two
+ * slices can share one loop turn (a yield from I/O resumes in that turn's check phase). At 20 ms, a flush during
+ * bench/history.ts held the loop for one 23.5 ms turn of the import's longest few.
+ */
+const BACKGROUND_SLICE_MS = 8;
+/**
  * Events of day tables merged on the heap for questions (days with several sealed segments, not yet merged in the
  * store), kept for the next question: ~60 B an event, so ~120 MiB.
  */
@@ -82,12 +88,12 @@ function* encodeSteps(list: readonly Pending[]): Generator<void, void> {
 }
 
 /** Runs a stepped computation, yielding to the event loop whenever a slice of work has passed. */
-async function sliced<T>(steps: Generator<void, T>): Promise<T> {
+async function sliced<T>(steps: Generator<void, T>, sliceMs = SLICE_MS): Promise<T> {
   let sliceStart = performance.now();
   for (;;) {
     const r = steps.next();
     if (r.done) return r.value;
-    if (performance.now() - sliceStart >= SLICE_MS) {
+    if (performance.now() - sliceStart >= sliceMs) {
       await new Promise((resolve) => setImmediate(resolve));
       sliceStart = performance.now();
     }
@@ -224,7 +230,7 @@ export class ColumnProjection implements QueryEngine {
     // Encoding is most of a flush (a year's history import seals 250,000 events of hundreds of days at once, ~0.1 s
     // and more): in slices, so requests are answered meanwhile. The segments are in `pending` already, where
     // questions read their views, and new events go to new open segments.
-    await sliced(encodeSteps(sealing));
+    await sliced(encodeSteps(sealing), BACKGROUND_SLICE_MS);
     for (const list of this.pending.values()) writes.push(...list);
     if (writes.length > 0 || marker > this.store.marker()) {
       await this.store.write(writes, marker);
@@ -250,7 +256,7 @@ export class ColumnProjection implements QueryEngine {
     if (this.pending.has(k)) return;
     const stored = this.store.day(projectId, day);
     if (stored.length === 0 || (stored.length === 1 && stored[0]!.table)) return;
-    const dt = await sliced(mergeDaySteps(stored.map((s) => s.view)));
+    const dt = await sliced(mergeDaySteps(stored.map((s) => s.view)), BACKGROUND_SLICE_MS);
     if (this.store.day(projectId, day).length !== stored.length) return; // the day changed meanwhile: merged next time
     await this.store.replaceDay(
       projectId,

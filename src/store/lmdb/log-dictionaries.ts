@@ -110,6 +110,11 @@ export class LogDictionaries {
     return this.newest();
   }
 
+  /** The dictionary new entries are compressed with now (forAppend may replace it inside the next transaction). */
+  current(): { id: number; dict: Dictionary } | undefined {
+    return this.newest();
+  }
+
   /**
    * Erasure's dictionary without `exclude`'s records, built outside any write transaction in slices of `sliceMs` with
    * a turn between them (the scan may decode thousands of the project's entries), then stored in one short transaction.
