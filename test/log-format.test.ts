@@ -9,7 +9,7 @@ import type { LogRecord } from '../src/core/types.ts';
 import { check, rawEvents, rebuild } from '../src/engine/maintenance.ts';
 import { compress, CorruptStream, decompress, Dictionary, MAX_DICTIONARY } from '../src/store/lmdb/dict-lz.ts';
 import { checkEntry } from '../src/store/lmdb/log-entry-format.ts';
-import { LogDamage, LogStore, type StoredEntries } from '../src/store/lmdb/log-store.ts';
+import { LogDamage, LogStore, type StoreFaults, type StoredEntries } from '../src/store/lmdb/log-store.ts';
 
 /**
  * Log format 4 (issue 18, disk): entries compressed against dictionaries built from the log's own records, with the
@@ -131,6 +131,34 @@ test('entries encoded before their transaction are encoded again when it adopts 
     assert.equal(store.lastSeq(), 150 + kept.length);
     await store.close();
     assert.deepEqual((await check(dir)).problems, []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a record shape first met before its transaction has its structure saved in that transaction, not in one of its own', async () => {
+  const dir = tmp();
+  try {
+    const faults: StoreFaults = { fault: undefined };
+    let store = LogStore.open(dir, 'commit', { faults });
+    // the log's shared msgpack structures, as stored (key 0 of the log's table)
+    const structures = (s: LogStore) => (s as unknown as { env: { raw: { get(k: number): Buffer | undefined } } }).env.raw.get(0);
+    const first = rec('p_a', 1);
+    await store.append([first]);
+    const before = structures(store);
+    assert.ok(before, 'the first append stored its structures');
+    // a shape not seen yet (its ctx has another key): the append's transaction fails, as on a full disk
+    const shaped = { ...rec('p_a', 2), ctx: { screen: '390x844', language: 'de-DE', timezone: 'Europe/Berlin' } } as LogRecord;
+    faults.fault = (op) => (op === 'append' ? new Error('ENOSPC: no space left on device') : undefined);
+    await assert.rejects(store.append([shaped]));
+    assert.deepEqual(structures(store), before, 'nothing of the failed append is stored, its new structure neither');
+    faults.fault = undefined;
+    assert.equal(await store.append([shaped]), 2);
+    assert.notDeepEqual(structures(store), before, 'stored with the entry that first uses it');
+    await store.close();
+    store = LogStore.open(dir, 'commit');
+    assert.deepEqual([...store.readAfter(0)].map((r) => r.record), [first, shaped]);
+    await store.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

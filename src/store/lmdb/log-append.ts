@@ -3,7 +3,7 @@ import { commitFailure } from './commit-failures.ts';
 import type { Dictionary } from './dict-lz.ts';
 import type { LogDictionaries } from './log-dictionaries.ts';
 import { encodeFormat2, encodePacked } from './log-entry-format.ts';
-import { TRANSIENT_ENCODING, type LmdbEnv, type LogCodec } from './log-env.ts';
+import { StructureSaveDeferred, TRANSIENT_ENCODING, type LmdbEnv, type LogCodec } from './log-env.ts';
 
 /** `flush`: an append resolves once its commit is on disk; `commit`: once it is committed. */
 export type Durability = 'flush' | 'commit';
@@ -64,7 +64,7 @@ export class LogAppender {
       // Encoded and compressed now, in the caller's turn: lmdb-js runs the callbacks of every append queued behind a
       // commit back to back in one turn (an import's two lanes: 1,000 events' claims, encoding and compression, its
       // longest turns), so the callback keeps the claims and puts, and encodes again only if what it stores changed.
-      const early = this.writeFormat === 4 ? this.encodeEntries(given, this.dicts.current()) : undefined;
+      const early = this.writeFormat === 4 ? this.encodeEarly(given) : undefined;
       await env.log.transaction(() => {
         const fault = env.faults?.fault?.('append');
         if (fault) throw fault;
@@ -91,6 +91,22 @@ export class LogAppender {
     }
     if (this.durability === 'flush') await env.root.flushed;
     return first;
+  }
+
+  /**
+   * encodeEntries before the transaction, or undefined when a record needs a shared structure not stored yet: the
+   * transaction's callback encodes those, and the structure is saved in the same commit (see LmdbEnv.deferStructures).
+   */
+  private encodeEarly(records: readonly LogRecord[]): EncodedEntries | undefined {
+    this.env.deferStructures = true;
+    try {
+      return this.encodeEntries(records, this.dicts.current());
+    } catch (err) {
+      if (err instanceof StructureSaveDeferred) return undefined;
+      throw err;
+    } finally {
+      this.env.deferStructures = false;
+    }
   }
 
   /** The format 4 entries of `records` (one per ENTRY_RECORDS), compressed against `dict`, with what they depend on. */

@@ -52,6 +52,22 @@ export interface StoreFaults {
  */
 export const TRANSIENT_ENCODING = 1024;
 
+/**
+ * Thrown out of an encode while the log codec defers structure saves (LmdbEnv.deferStructures): the records need a
+ * shared structure not stored yet. Nothing is saved; the encode is redone inside a write transaction.
+ */
+export class StructureSaveDeferred extends Error {
+  constructor() {
+    super('a new shared structure is saved inside a write transaction');
+  }
+}
+
+/** msgpackr's side of the codec that structure saves go through (lmdb-js gives it saveStructures). */
+interface SharedStructures {
+  saveStructures?: (structures: unknown, isCompatible: unknown) => unknown;
+  structures?: { uninitialized?: boolean };
+}
+
 /** The log db's msgpack encoder (with its shared structures): a batch's records are one msgpack array. */
 export interface LogCodec {
   /** `mode` TRANSIENT_ENCODING: the bytes are read before the next encode (see there) */
@@ -83,6 +99,12 @@ export class LmdbEnv {
   copyGate: Promise<void> | undefined;
   /** while a compaction copies: the last log entry in the copy, and the projects, keys and meta keys written since */
   copying: { touched: Set<string>; copied: number } | undefined;
+  /**
+   * Set around an encode outside any write transaction (LogAppender's early encode): a new shared structure is then
+   * not saved in a write transaction of its own, which would wait on the main thread behind the commit in flight
+   * (its sync takes 100–700 ms on a slow disk at times); the encode throws StructureSaveDeferred instead.
+   */
+  deferStructures = false;
   /** true for the few milliseconds the environment is closed during a swap: LMDB reads would throw */
   swapping = false;
   /** the keys, held in memory for the few milliseconds the environment is closed during a swap (auth keeps working) */
@@ -106,6 +128,7 @@ export class LmdbEnv {
     this.log = this.root.openDB<Buffer | LogRecord, number>({ name: 'log', sharedStructuresKey: STRUCTURES_KEY });
     this.raw = this.root.openDB<Buffer, number>({ name: 'log', encoding: 'binary' });
     this.codec = (this.log as unknown as { encoder: LogCodec }).encoder;
+    this.deferStructureSaves(this.codec as unknown as SharedStructures);
     this.projects = this.root.openDB<ProjectRecord, string>({ name: 'projects' });
     this.keys = this.root.openDB<KeyRecord, string>({ name: 'keys' });
     this.meta = this.root.openDB<unknown, string>({ name: 'meta' });
@@ -114,6 +137,20 @@ export class LmdbEnv {
     this.historyIdsDb = this.root.openDB<number, IdKey>({ name: 'history_ids' });
     this.start = (this.meta.get(LOG_START) as number | undefined) ?? 1;
     for (const fn of this.reopened) fn();
+  }
+
+  /**
+   * While deferStructures is set, a structure save declines as msgpackr's own declined save does (its structures are
+   * marked uninitialized, so the next encode reloads the stored ones and mints the new one again) and throws.
+   */
+  private deferStructureSaves(codec: SharedStructures): void {
+    const save = codec.saveStructures;
+    if (!save) return;
+    codec.saveStructures = (structures, isCompatible) => {
+      if (!this.deferStructures) return save.call(codec, structures, isCompatible);
+      if (codec.structures) codec.structures.uninitialized = true;
+      throw new StructureSaveDeferred();
+    };
   }
 
   /** Runs `fn` after every later open: holders of handles or of state read from the file take the new ones. */
