@@ -35,6 +35,8 @@ const LANES = 2;
  * bench/history.ts (a few ms once warm), the longest turns of the whole import. Ten smaller round trips cost nothing.
  */
 const FIRST_BATCH_EVENTS = 16;
+/** The events a lane's next batch holds once it has sent `sent` batches (see FIRST_BATCH_EVENTS). */
+const batchLimit = (sent: number): number => Math.min(MAX_BATCH_EVENTS, FIRST_BATCH_EVENTS * 2 ** Math.floor(sent / 2));
 /** Refused lines listed in the text summary; --json lists them all. */
 const LISTED_REFUSALS = 20;
 
@@ -194,7 +196,7 @@ export function registerImport(program: Command): void {
     let accepted = 0;
     let duplicates = 0;
     const refused: Refusal[] = [];
-    const lanes = Array.from({ length: LANES }, () => ({ batch: [] as Line[], bytes: 0, limit: FIRST_BATCH_EVENTS, sent: 0, inflight: Promise.resolve() }));
+    const lanes = Array.from({ length: LANES }, () => ({ batch: [] as Line[], bytes: 0, sent: 0, inflight: Promise.resolve() }));
     let failure: unknown;
 
     const send = async (part: Line[]): Promise<void> => {
@@ -247,7 +249,7 @@ export function registerImport(program: Command): void {
       const part = lane.batch;
       lane.batch = [];
       lane.bytes = 0;
-      if (++lane.sent % 2 === 0) lane.limit = Math.min(MAX_BATCH_EVENTS, lane.limit * 2);
+      lane.sent++;
       lane.inflight = send(part).then(
         () => bar.update(bytesRead),
         (err: unknown) => {
@@ -264,7 +266,7 @@ export function registerImport(program: Command): void {
           continue;
         }
         const lane = lanes[laneOf(p.line.event)]!;
-        if (lane.batch.length >= lane.limit || lane.bytes + p.line.bytes > MAX_BATCH_BYTES) await flush(lane);
+        if (lane.batch.length >= batchLimit(lane.sent) || lane.bytes + p.line.bytes > MAX_BATCH_BYTES) await flush(lane);
         lane.batch.push(p.line);
         lane.bytes += p.line.bytes;
       }

@@ -107,12 +107,7 @@ export class LogDictionaries {
       this.scanTail(scan, Infinity);
       this.adopt(last, scan);
     }
-    return this.newest();
-  }
-
-  /** The dictionary new entries are compressed with now (forAppend may replace it inside the next transaction). */
-  current(): { id: number; dict: Dictionary } | undefined {
-    return this.newest();
+    return this.current();
   }
 
   /**
@@ -126,7 +121,8 @@ export class LogDictionaries {
     await this.env.log.transaction(() => this.adopt(this.env.lastKey(), scan));
   }
 
-  private newest(): { id: number; dict: Dictionary } | undefined {
+  /** The dictionary new entries are compressed with now (forAppend may replace it inside the next transaction). */
+  current(): { id: number; dict: Dictionary } | undefined {
     const use = this.infos[this.infos.length - 1];
     return use ? { id: use.id, dict: this.get(use.id, use.id) } : undefined;
   }
