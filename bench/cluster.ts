@@ -19,7 +19,7 @@ import type { LoadResult, LoadSpec } from './load/load-worker.ts';
 import type { Row } from './report.ts';
 import { storedEvents, USER_AGENTS, wireEvents } from './state/generate-events.ts';
 import { HISTORY_FULL, HISTORY_QUICK, runClusterHistory, type HistoryParams, type HistoryResults } from './cluster-history.ts';
-import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
+import { SERVICE_ENV, serviceNodeArgs } from '../bin/dist.mjs';
 
 /**
  * `npm run bench -- --cluster` (CLUSTER.md §11 "Bench"): a real 3-server nats-server cluster on loopback, two cluster
@@ -111,7 +111,7 @@ interface Node {
 }
 
 function startNode(name: string, env: Record<string, string>): Promise<Node> {
-  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
+  const proc = spawn(process.execPath, serviceNodeArgs(), {
     cwd: REPO_ROOT,
     env: { ...process.env, ...SERVICE_ENV, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_QUIET: '0', ...RATE_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

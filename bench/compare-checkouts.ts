@@ -10,7 +10,10 @@ import { USER_AGENTS, wireEvents } from './state/generate-events.ts';
  * COMMIT`, link node_modules in, then compare). Each checkout's service runs in its own process; one load generator.
  *
  *   npx tsx bench/compare-checkouts.ts [--rounds=5] [--round-ms=3000] [--rate=3000] [--replay=300000]
- *     [--replay-batches=1,100] [--only=single,fixed,batch,replay] DIR...
+ *     [--replay-batches=1,100] [--only=single,fixed,batch,replay] DIR[@NODE_FLAGS]...
+ *
+ * `DIR@FLAGS` runs that checkout's service under node flags (space-separated), so one checkout can be compared with
+ * itself under others: `. '.@--max-semi-space-size=16'`.
  *
  * Rows: single-event ingest (32 connections, closed loop), bare node:http as a floor, the single-event p50/p99 at a
  * fixed rate from the intended send time, batch ingest (100 events/request), each with the service's CPU time per
@@ -25,7 +28,9 @@ const opt = (name: string, dflt: number) => {
   return a ? Number(a.split('=')[1]) : dflt;
 };
 const only = args.find((x) => x.startsWith('--only='))?.split('=')[1]?.split(',') ?? ['single', 'fixed', 'batch', 'replay'];
-const dirs = args.filter((x) => !x.startsWith('--')).map((d) => path.resolve(d));
+/** each checkout as given: DIR, or DIR@FLAGS for node flags of its service (space-separated) */
+const dirs = args.filter((x) => !x.startsWith('--'));
+const [dirOf, flagsOf] = [(d: string) => path.resolve(d.split('@')[0]!), (d: string) => d.split('@')[1]?.split(' ') ?? []];
 if (dirs.length === 0) throw new Error('give one or more checkout directories');
 const ROUNDS = opt('rounds', 5);
 const ROUND_MS = opt('round-ms', 3000);
@@ -34,7 +39,7 @@ const REPLAY = opt('replay', 300_000);
 const REPLAY_BATCHES = (args.find((x) => x.startsWith('--replay-batches='))?.split('=')[1] ?? '1,100').split(',').map(Number);
 
 const CHILD = path.join(REPO_ROOT, 'bench/lib/checkout-child.ts');
-const name = (d: string) => path.basename(d);
+const name = (d: string) => path.basename(dirOf(d)) + (d.includes('@') ? `@${d.split('@')[1]}` : '');
 
 async function main(): Promise<void> {
   const out: Record<string, Record<string, number[]>> = {};
@@ -43,11 +48,11 @@ async function main(): Promise<void> {
   const batches = Array.from({ length: 20 }, (_, i) => JSON.stringify(wireEvents(100, 100 + i)));
 
   if (only.some((o) => o !== 'replay')) {
-    const services = dirs.map(() => new BenchChild(CHILD));
+    const services = dirs.map((d) => new BenchChild(CHILD, { nodeArgs: flagsOf(d) }));
     const load = new BenchChild(path.join(REPO_ROOT, 'bench/load/load-worker.ts'));
     const bare = await import('./load/floors.ts').then((m) => m.startBareServer());
     try {
-      const started = await Promise.all(services.map((s, i) => s.call<{ url: string; secret: string }>('start', { repo: dirs[i], durability: 'flush' })));
+      const started = await Promise.all(services.map((s, i) => s.call<{ url: string; secret: string }>('start', { repo: dirOf(dirs[i]!), durability: 'flush' })));
       const spec = (i: number, bodies: string[]) => ({
         origin: started[i]!.url,
         path: '/analytics',
@@ -110,9 +115,9 @@ async function main(): Promise<void> {
       for (let k = 0; k < dirs.length; k++) {
         const d = dirs[(k + r) % dirs.length]!;
         for (const batch of REPLAY_BATCHES) {
-          const child = new BenchChild(CHILD, { nodeArgs: ['--max-old-space-size=4096'] });
+          const child = new BenchChild(CHILD, { nodeArgs: ['--max-old-space-size=4096', ...flagsOf(d)] });
           try {
-            const x = await child.call<{ eventsPerSec: number; decodePerSec: number; bytes: number }>('replay', { repo: d, events: REPLAY, batch });
+            const x = await child.call<{ eventsPerSec: number; decodePerSec: number; bytes: number }>('replay', { repo: dirOf(d), events: REPLAY, batch });
             push(d, `replay.b${batch}`, x.eventsPerSec);
             push(d, `decode.b${batch}`, x.decodePerSec);
             push(d, `fileBytesPerEvent.b${batch}`, x.bytes / REPLAY);

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { median, newHistogram, summarize } from './lib/latency.ts';
-import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
+import { SERVICE_ENV, serviceNodeArgs } from '../bin/dist.mjs';
 
 /**
  * The connection cap under attack: 8 addresses × 1,000 silent sockets fill the HTTP port's 8,000-connection cap
@@ -24,7 +24,7 @@ const SAMPLES = 2000;
 const ROUNDS = 3;
 
 const dataDir = mkdtempSync(path.join(tmpdir(), 'analytics-cap-'));
-const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
+const proc = spawn(process.execPath, serviceNodeArgs(), {
   cwd: REPO_ROOT,
   env: { ...process.env, ...SERVICE_ENV, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: `ak_${randomBytes(24).toString('base64url')}`, ANALYTICS_QUIET: '0' },
   stdio: ['ignore', 'pipe', 'inherit'],

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { StoredEvent } from '../src/core/types.ts';
 import { LogStore } from '../src/store/lmdb/log-store.ts';
-import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
+import { SERVICE_ENV, serviceNodeArgs } from '../bin/dist.mjs';
 
 /**
  * `npx tsx bench/erase.ts [events] [--settle=MS]`: what DELETE /projects/{id} costs the other tenants, measured from outside. The
@@ -34,7 +34,7 @@ const ADMIN = 'ak_bench_erase_0123456789abcdef0123456789';
 const MARKER = 'doomed-marker-7f3a';
 
 function start(dataDir: string): Promise<{ proc: ChildProcess; url: string; output: () => string }> {
-  const proc = spawn(process.execPath, [...(process.env.ERASE_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.ERASE_PROF}`] : []), ...nodeArgsFor('main.ts')], {
+  const proc = spawn(process.execPath, [...(process.env.ERASE_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.ERASE_PROF}`] : []), ...serviceNodeArgs()], {
     env: { ...process.env, ...SERVICE_ENV, PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: ADMIN, ANALYTICS_QUIET: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

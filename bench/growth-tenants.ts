@@ -4,6 +4,7 @@ import path from 'node:path';
 import { BenchChild, REPO_ROOT } from './lib/child.ts';
 import { startOutside } from './lib/service-outside.ts';
 import type { BuildResult } from './growth/growth-worker.ts';
+import { SERVICE_NODE_ARGS } from '../bin/dist.mjs';
 
 /**
  * `npx tsx bench/growth-tenants.ts [--events=2000000] [--projects=10000] [--days=365]`: only state (b) of
@@ -21,7 +22,8 @@ const arg = (name: string, dflt: number) => {
   return a === undefined ? dflt : Number(a.slice(name.length + 3));
 };
 const WORKER = path.join(REPO_ROOT, 'bench/growth/growth-worker.ts');
-const NODE_ARGS = ['--expose-gc', '--max-old-space-size=8192'];
+/** the launchers' flags (bin/dist.mjs), so the figures are the shipped service's */
+const NODE_ARGS = [...SERVICE_NODE_ARGS, '--expose-gc', '--max-old-space-size=8192'];
 
 const dir = path.join(mkdtempSync(path.join(tmpdir(), 'growth-tenants-')), 'b');
 const lastDay = new Date().toISOString().slice(0, 10);

@@ -6,6 +6,7 @@ import type { Row } from './report.ts';
 import type { BuildResult } from './growth/growth-worker.ts';
 import { wireEvents } from './state/generate-events.ts';
 import { OUTSIDE_FULL, OUTSIDE_QUICK, outsideRows, runOutside, type OutsideParams, type OutsideResults } from './growth-outside.ts';
+import { SERVICE_NODE_ARGS } from '../bin/dist.mjs';
 
 /**
  * `npm run bench -- --growth`: the states of issue 18, each built in bulk into a real data directory (the log, sealed
@@ -46,7 +47,8 @@ export const GROWTH_QUICK: GrowthParams = {
 };
 
 const WORKER = path.join(REPO_ROOT, 'bench/growth/growth-worker.ts');
-const NODE_ARGS = ['--expose-gc', '--max-old-space-size=8192'];
+/** the launchers' flags (bin/dist.mjs), so the figures are the shipped service's */
+const NODE_ARGS = [...SERVICE_NODE_ARGS, '--expose-gc', '--max-old-space-size=8192'];
 /** CONTRACT-sized goals of issue 18. */
 const GIB = 2 ** 30;
 

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { nodeArgsFor, SERVICE_ENV } from '../bin/dist.mjs';
+import { nodeArgsFor, SERVICE_ENV, serviceNodeArgs } from '../bin/dist.mjs';
 import { REPO_ROOT } from './lib/child.ts';
 import { freePort, ownLoopDelayMs, passThrough } from './lib/service-outside.ts';
 
@@ -99,7 +99,7 @@ async function main(): Promise<void> {
   await writeEvents(file, EVENTS);
   process.stderr.write(`the service runs ${nodeArgsFor('main.ts').at(-1)}\n`);
   const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const service = spawn(process.execPath, [...profile, ...nodeArgsFor('main.ts')], {
+  const service = spawn(process.execPath, [...profile, ...serviceNodeArgs()], {
     cwd: REPO_ROOT,
     env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...passThrough(), PORT: String(port), GRPC_PORT: String(await freePort()), ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '1', METRICS_PORT: new URL(metricsUrl).port },
     stdio: ['ignore', 'ignore', 'inherit'],

@@ -7,3 +7,7 @@ export declare function distIsFresh(): boolean;
 export declare function nodeArgsFor(srcFile: string): string[];
 /** The environment every launcher gives the service (see dist.mjs). */
 export declare const SERVICE_ENV: { MALLOC_MMAP_THRESHOLD_: string };
+/** The node flags every launcher gives the service (see dist.mjs). */
+export declare const SERVICE_NODE_ARGS: string[];
+/** The service's flags, then its entry: how a launcher starts it with node. */
+export declare function serviceNodeArgs(): string[];

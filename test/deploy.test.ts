@@ -8,6 +8,7 @@ import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
+import { SERVICE_ENV, SERVICE_NODE_ARGS } from '../bin/dist.mjs';
 import { buildRecipe } from '../deploy/container/run-recipe.ts';
 import { api, createProject, startTestService, todayUtc } from './helpers.ts';
 
@@ -134,7 +135,7 @@ test('the container recipe is multi-stage, runs as a non-root user with its data
   assert.equal(final.env.ANALYTICS_DATA_DIR, '/data');
   assert.equal(final.env.HOST, '0.0.0.0');
   assert.ok(final.healthcheck?.cmd.join(' ').includes('/health'));
-  assert.deepEqual(final.cmd, ['node', 'bin/analytics.js', 'serve']);
+  assert.deepEqual(final.cmd, ['node', ...SERVICE_NODE_ARGS, 'bin/analytics.js', 'serve']);
   assert.deepEqual(run.notRun.filter((r) => r.startsWith('RUN')), [
     'RUN npm ci --omit=dev --no-audit --no-fund (a dry build)',
     'RUN node bin/build.mjs (a dry build)',
@@ -146,6 +147,25 @@ test('the container recipe is multi-stage, runs as a non-root user with its data
   assert.ok(run.ran.includes('COPY --from=build /app/src ./src'));
   assert.ok(run.notRun.includes('COPY --from=build /app/dist ./dist (its source comes from a RUN step of a dry build)'), run.notRun.join('\n'));
   assert.ok(existsSync(path.join(final.root, 'app/src/main.ts')));
+});
+
+test('every launcher gives the service the node flags and the environment of bin/dist.mjs', () => {
+  const expected = Object.entries(SERVICE_ENV);
+  assert.ok(SERVICE_NODE_ARGS.length > 0 && expected.length > 0);
+  // npm start: `K=${K:-V} ... exec node FLAGS dist/main.js` (a variable set outside wins, as with the others)
+  const start = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+  for (const [k, v] of expected) assert.ok(start.includes(`${k}=\${${k}:-${v}}`), `npm start sets ${k}=${v}: ${start}`);
+  assert.ok(start.includes(`exec node ${SERVICE_NODE_ARGS.join(' ')} dist/main.js`), `npm start passes ${SERVICE_NODE_ARGS.join(' ')}: ${start}`);
+  // the systemd unit
+  const unit = unitSettings(readFileSync(UNIT, 'utf8'));
+  const environment = unit.filter(([k]) => k === 'Environment').map(([, v]) => v);
+  for (const [k, v] of expected) assert.ok(environment.includes(`${k}=${v}`), `the unit sets ${k}=${v}`);
+  const exec = unit.find(([k]) => k === 'ExecStart')![1].split(' ');
+  assert.deepEqual(exec.slice(0, 1 + SERVICE_NODE_ARGS.length), ['/usr/bin/node', ...SERVICE_NODE_ARGS]);
+  // the container image
+  const final = buildRecipe(ROOT, tempDir('analytics-recipe-'), { execute: false }).final;
+  for (const [k, v] of expected) assert.equal(final.env[k], v, `the image sets ${k}`);
+  assert.deepEqual(final.cmd?.slice(0, 1 + SERVICE_NODE_ARGS.length), ['node', ...SERVICE_NODE_ARGS]);
 });
 
 test('the recipe runner refuses what it cannot run faithfully: unknown instructions and RUN steps outside WORKDIR', () => {

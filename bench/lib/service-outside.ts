@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
-import { nodeArgsFor, SERVICE_ENV } from '../../bin/dist.mjs';
+import { SERVICE_ENV, serviceNodeArgs } from '../../bin/dist.mjs';
 import { REPO_ROOT } from './child.ts';
 
 /**
@@ -49,7 +49,7 @@ export function passThrough(): Record<string, string> {
 export async function startOutside(dataDir: string, adminKey: string, env: Record<string, string> = {}): Promise<OutsideService> {
   await (fetchLoaded ??= fetch('data:,').then((r) => r.arrayBuffer()));
   const t0 = performance.now();
-  const proc = spawn(process.execPath, nodeArgsFor('main.ts'), {
+  const proc = spawn(process.execPath, serviceNodeArgs(), {
     cwd: REPO_ROOT,
     env: { PATH: process.env.PATH ?? '', ...SERVICE_ENV, ...passThrough(), PORT: '0', GRPC_PORT: '0', HOST: '127.0.0.1', ANALYTICS_DATA_DIR: dataDir, ANALYTICS_ADMIN_KEY: adminKey, ANALYTICS_QUIET: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
