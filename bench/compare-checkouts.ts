@@ -30,7 +30,8 @@ const opt = (name: string, dflt: number) => {
 const only = args.find((x) => x.startsWith('--only='))?.split('=')[1]?.split(',') ?? ['single', 'fixed', 'batch', 'replay'];
 /** each checkout as given: DIR, or DIR@FLAGS for node flags of its service (space-separated) */
 const dirs = args.filter((x) => !x.startsWith('--'));
-const [dirOf, flagsOf] = [(d: string) => path.resolve(d.split('@')[0]!), (d: string) => d.split('@')[1]?.split(' ') ?? []];
+const dirOf = (d: string): string => path.resolve(d.split('@')[0]!);
+const flagsOf = (d: string): string[] => d.split('@')[1]?.split(' ') ?? [];
 if (dirs.length === 0) throw new Error('give one or more checkout directories');
 const ROUNDS = opt('rounds', 5);
 const ROUND_MS = opt('round-ms', 3000);
@@ -39,7 +40,7 @@ const REPLAY = opt('replay', 300_000);
 const REPLAY_BATCHES = (args.find((x) => x.startsWith('--replay-batches='))?.split('=')[1] ?? '1,100').split(',').map(Number);
 
 const CHILD = path.join(REPO_ROOT, 'bench/lib/checkout-child.ts');
-const name = (d: string) => path.basename(dirOf(d)) + (d.includes('@') ? `@${d.split('@')[1]}` : '');
+const name = (d: string) => [path.basename(dirOf(d)), ...flagsOf(d)].join(' ');
 
 async function main(): Promise<void> {
   const out: Record<string, Record<string, number[]>> = {};
