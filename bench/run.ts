@@ -10,6 +10,7 @@ import { Progress } from './lib/progress.ts';
 import { GROWTH_FULL, GROWTH_PARTS, GROWTH_QUICK, growthRows, runGrowth, type GrowthParams, type GrowthResults } from './growth.ts';
 import { CLUSTER_FULL, CLUSTER_QUICK, clusterRows, runCluster } from './cluster.ts';
 import { QUESTIONS_FULL, QUESTIONS_QUICK, questionRows, runQuestions } from './questions.ts';
+import { CARDINALITY_FULL, CARDINALITY_QUICK, cardinalityRows, runCardinality } from './cardinality.ts';
 import { renderTable, type Row } from './report.ts';
 import { runState, type StateResults } from './state.ts';
 
@@ -29,6 +30,8 @@ const growthOnly = process.argv.includes('--growth');
 const clusterOnly = process.argv.includes('--cluster');
 /** `--questions`: only the column store's questions (Q1–Q6 of the "Ask anything" issue), 10M events unless `--quick`. */
 const questionsOnly = process.argv.includes('--questions');
+/** `--cardinality`: only the cardinality section (a field new in every event, from outside), 100,000 events a field unless `--quick`. */
+const cardinalityOnly = process.argv.includes('--cardinality');
 /**
  * `--scale=F` (with `--growth`): every state's event count times F, projects and days unchanged, for a pass at the
  * full tenant count and history length that fits in less time than the full hour (`--scale=0.1`: about 15 minutes).
@@ -106,6 +109,13 @@ async function main(): Promise<void> {
       finish(questionRows(questions, qp), notes, started, { questions });
       return;
     }
+    if (cardinalityOnly) {
+      const cp = quick ? CARDINALITY_QUICK : CARDINALITY_FULL;
+      const cardinality = await runCardinality(cp.events, cp.fields, cp.allEvents, (l) => progress.show(l));
+      progress.done();
+      finish(cardinalityRows(cardinality), notes, started, { cardinality });
+      return;
+    }
     if (growthOnly) {
       const growth = await runGrowth(tmp, GROWTH, progress, PARTS);
       progress.done();
@@ -143,19 +153,22 @@ async function main(): Promise<void> {
     progress.show('questions: the column store, Q1–Q6 (bench/questions.ts)');
     const qp = quick ? QUESTIONS_QUICK : QUESTIONS_FULL;
     const questions = await runQuestions(qp);
+    const cp = quick ? CARDINALITY_QUICK : CARDINALITY_FULL;
+    const cardinality = await runCardinality(cp.events, cp.fields, cp.allEvents, (l) => progress.show(l));
     progress.next('writing results');
 
     if ('skipped' in ingest.grpc) notes.push(`gRPC rows skipped: ${ingest.grpc.skipped}`);
     const rows = buildRows(ingest, state, enrich, trackerGzip, pipeline);
     if (growth) rows.push(...growthRows(growth, GROWTH));
     rows.push(...questionRows(questions, qp));
+    rows.push(...cardinalityRows(cardinality));
     for (const r of [ingest.serviceSingle, ingest.serviceSingleNoUa, ingest.serviceBatch, ingest.lmdbSingle, ingest.bareSingle]) {
       if (r.errors) notes.push(`${r.name}: some answers were not 200, e.g. ${r.errors}`);
     }
     for (const h of state.http) if (h.errors) notes.push(`GET /metrics ${h.days}d: ${h.errors}`);
     progress.done();
 
-    finish(rows, notes, started, { ingest, state, enrich, trackerGzip, pipeline, growth, questions });
+    finish(rows, notes, started, { ingest, state, enrich, trackerGzip, pipeline, growth, questions, cardinality });
   } finally {
     progress.done();
     rmSync(tmp, { recursive: true, force: true });
@@ -181,7 +194,7 @@ function finish(rows: Row[], notes: string[], started: number, raw: object): voi
     notes,
     raw,
   };
-  const file = clusterOnly ? 'cluster.json' : growthOnly ? 'growth.json' : questionsOnly ? 'questions.json' : 'latest.json';
+  const file = clusterOnly ? 'cluster.json' : growthOnly ? 'growth.json' : questionsOnly ? 'questions.json' : cardinalityOnly ? 'cardinality.json' : 'latest.json';
   writeFileSync(path.join(out, file), `${JSON.stringify(json, null, 2)}\n`);
   process.stdout.write(`\nwritten to bench/results/${file}\n`);
 }

@@ -7,7 +7,7 @@ import { Distinct } from '../src/core/columns/distinct.ts';
 import { hash53 } from '../src/core/hash.ts';
 import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { ColumnProjection, OPEN_HISTORY_BOUND, RECENT_KEEP_FLUSHES } from '../src/engine/column-projection.ts';
+import { ColumnProjection, OPEN_BYTES_BOUND, OPEN_HISTORY_BOUND, PROJECT_OPEN_BYTES, RECENT_KEEP_FLUSHES } from '../src/engine/column-projection.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 
@@ -161,6 +161,46 @@ test('open history events are sealed at their own, lower bound; the same number 
     assert.ok(cols.openCount() < OPEN_HISTORY_BOUND, `open after a history import: ${cols.openCount()}`);
     await cols.flush();
     assert.equal(store.marker(), 2 * n);
+    await cols.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('one project whose events carry long new values is sealed at its byte budget, not held until 250,000 events', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'columns-budget-'));
+  try {
+    const store = ColumnStore.open(dir);
+    const cols = new ColumnProjection(store, () => {});
+    const base = events()[0]!;
+    // 25 properties of 500 characters, new in every event: ~14 KB of dictionaries an event
+    const heavy = (i: number): StoredEvent => ({
+      ...base,
+      sessionId: `h${i}`,
+      params: Object.fromEntries(Array.from({ length: 25 }, (_, k) => [`k${k}`, `${i}-${k}-`.padEnd(500, 'x')])),
+    });
+    const light = (i: number): StoredEvent => ({ ...base, p: 'p_other', sessionId: `l${i}` });
+    let maxBytes = 0;
+    let seq = 0;
+    for (let i = 0; i < 4000; i++) {
+      cols.fold(++seq, [heavy(i)]);
+      if (i % 10 === 0) cols.fold(++seq, [light(i)]);
+      maxBytes = Math.max(maxBytes, cols.openStats().largestProjectBytes);
+      if (i % 100 === 0) await new Promise((r) => setImmediate(r));
+    }
+    const stats = cols.openStats();
+    assert.ok(stats.seals.project_bytes >= 2, `flushes at the project's budget: ${JSON.stringify(stats.seals)}`);
+    assert.equal(stats.seals.events, 0);
+    // the budget is checked after each event: one event past it at most (a flush under way takes the next ones)
+    assert.ok(maxBytes < PROJECT_OPEN_BYTES + 2 * 2 ** 20, `largest project's open bytes: ${maxBytes}`);
+    assert.ok(stats.bytes < OPEN_BYTES_BOUND);
+    await cols.flush();
+    assert.equal(cols.openStats().bytes, 0);
+    assert.equal(store.marker(), seq);
+    // nothing was lost on the way: every heavy event is in a sealed segment with its properties
+    const ans = await cols.query('p_m', 'UTC', [], q({ from: base.day, to: base.day, metrics: ['events'], dimensions: ['prop:k3'] }));
+    assert.equal(ans.totalRows, 4000, 'each event its own value of k3');
+    assert.equal(ans.totals[0], 4000);
     await cols.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -17,11 +17,11 @@ import { READ_TIMEOUT_MS, ReadFailedError, ReadUnavailableError, type ReadRpc } 
 import type { KvSealedStore } from '../store/nats/sealed.ts';
 import type { Usage } from '../store/nats/usage.ts';
 import type { Catalog, EventLog, Follower, LogEntry, SharedSalts, SnapshotStore } from '../store/seams.ts';
-import type { Backend, ReadRefusal } from '../engine/backend.ts';
+import type { Backend, BackendStats, ReadRefusal } from '../engine/backend.ts';
 import { answerQuestion, catchUpColumns, isQuestionRead, PartitionColumns, QUESTION_WIRE_VERSION, unsupportedRead, type QuestionRead } from './cluster-columns.ts';
 import { ClusterErasure, ERASE_CHECK_MS, type ErasureHooks, type ErasureParts } from './cluster-erasure.ts';
 import { catchUpHistoryIds, exportFromStream } from './cluster-history.ts';
-import { COLUMN_FLUSH_MS } from '../engine/column-projection.ts';
+import { COLUMN_FLUSH_MS, sumOpenStats } from '../engine/column-projection.ts';
 import { hashKey, keyHint } from '../engine/keys.ts';
 import { Ownership } from './ownership.ts';
 import { QuestionsUnavailable } from '../engine/questions.ts';
@@ -954,10 +954,10 @@ export class ClusterBackend implements Backend {
     await this.cp.close();
   }
 
-  stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
+  stats(): BackendStats {
     const counts = { liveDays: 0, awakeDays: 0 };
     for (const p of this.parts) dayCounts(p.fold.state, counts);
-    return { ...counts, sealedDays: this.cp.sealed.dayCount() };
+    return { ...counts, sealedDays: this.cp.sealed.dayCount(), columns: sumOpenStats(this.parts.flatMap((p) => (p.columns ? [p.columns.openStats()] : []))) };
   }
 
   async applyRetention(): Promise<number> {

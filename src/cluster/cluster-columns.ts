@@ -5,7 +5,7 @@ import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer } fr
 import type { FoldRecord } from '../core/types.ts';
 import { ColumnStore } from '../store/lmdb/column-store.ts';
 import type { LogEntry } from '../store/seams.ts';
-import { ColumnProjection } from '../engine/column-projection.ts';
+import { ColumnProjection, type OpenColumnStats } from '../engine/column-projection.ts';
 
 /**
  * Questions (POST /query, /query/funnel) in cluster mode: every node that folds a partition (owner, standby,
@@ -110,6 +110,10 @@ export class PartitionColumns {
   /** Resolves once every entry fed so far is in the projection. */
   async settled(): Promise<void> {
     while (this.tail) await this.tail;
+  }
+
+  openStats(): OpenColumnStats {
+    return this.projection.openStats();
   }
 
   async flush(): Promise<void> {

@@ -3,6 +3,7 @@ import type { QueryEngine } from '../core/query/types.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
 import type { Catalog } from '../store/seams.ts';
+import type { OpenColumnStats } from './column-projection.ts';
 import type { ReadQuery } from './read-query.ts';
 import type { HealthView } from './types.ts';
 
@@ -15,6 +16,15 @@ import type { HealthView } from './types.ts';
 export type { ReadView } from './read-query.ts';
 
 export type ReadRefusal = { unavailable: string };
+
+/** What the operator metrics read of a backend's state at each scrape. */
+export interface BackendStats {
+  liveDays: number;
+  awakeDays: number;
+  sealedDays: number;
+  /** the open column segments of every projection here (cluster: the partitions folded here, summed) */
+  columns: OpenColumnStats;
+}
 
 export interface Backend {
   readonly catalog: Catalog;
@@ -60,7 +70,7 @@ export interface Backend {
   startTimers(every: (ms: number, fn: () => void | Promise<void>) => void): void;
   /** waits for in-flight writes, writes the final snapshot(s), closes storage */
   close(): Promise<void>;
-  stats(): { liveDays: number; awakeDays: number; sealedDays: number };
+  stats(): BackendStats;
   /** single node only (0 elsewhere): see Engine.applyRetention */
   applyRetention(): Promise<number>;
   sealingIdle(): Promise<void>;

@@ -32,6 +32,44 @@ export const OPEN_HISTORY_BOUND = 50_000;
  * dictionaries and visit numbering), so a replay over thousands of small projects seals at ~180 MiB, not at 1M events.
  */
 export const OPEN_DAYS_BOUND = 20_000;
+/**
+ * Heap bytes of open segments (SegmentBuilder.bytes: arrays, dictionaries, new ids) before a flush. Events of a usual
+ * size reach OPEN_EVENTS_BOUND first (~40 MiB); events that carry many long values no other event has reach this.
+ */
+export const OPEN_BYTES_BOUND = 64 * 2 ** 20;
+/**
+ * One project's open bytes before a flush: no tenant's traffic holds more of the node's memory in open columns. A
+ * flush seals every open segment; for the other projects it costs a few more small segments, merged when their day
+ * goes quiet.
+ */
+export const PROJECT_OPEN_BYTES = 16 * 2 ** 20;
+
+/** Why open segments were sealed before their interval: which bound they reached. */
+export type SealReason = 'events' | 'history' | 'days' | 'bytes' | 'project_bytes';
+export const SEAL_REASONS: readonly SealReason[] = ['events', 'history', 'days', 'bytes', 'project_bytes'];
+
+/** What the operator metrics show of the open columns. */
+export interface OpenColumnStats {
+  events: number;
+  bytes: number;
+  /** the open bytes of the project holding most */
+  largestProjectBytes: number;
+  /** flushes each bound caused since start */
+  seals: Record<SealReason, number>;
+}
+
+/** The open columns of several projections (a cluster node's partitions) as one. */
+export function sumOpenStats(all: readonly OpenColumnStats[]): OpenColumnStats {
+  const out: OpenColumnStats = { events: 0, bytes: 0, largestProjectBytes: 0, seals: { events: 0, history: 0, days: 0, bytes: 0, project_bytes: 0 } };
+  for (const s of all) {
+    out.events += s.events;
+    out.bytes += s.bytes;
+    out.largestProjectBytes = Math.max(out.largestProjectBytes, s.largestProjectBytes);
+    for (const r of SEAL_REASONS) out.seals[r] += s.seals[r];
+  }
+  return out;
+}
+
 /** Open segments are sealed this often: a restart replays at most this much of the log. */
 export const COLUMN_FLUSH_MS = 60_000;
 /**
@@ -108,10 +146,17 @@ export class ColumnProjection implements QueryEngine {
   /** of openEvents, those of history records */
   private openHistory = 0;
   private openDays = 0;
+  /** SegmentBuilder.bytes of the open segments, in all and by project (the budgets' measure) */
+  private openBytes = 0;
+  private readonly projectBytes = new Map<string, number>();
+  private largestProjectBytes = 0;
+  private readonly seals: Record<SealReason, number> = { events: 0, history: 0, days: 0, bytes: 0, project_bytes: 0 };
   private foldedSeq: number;
   /** the newest receive time folded: which dates are recent (RECENT_KEEP_FLUSHES) */
   private maxRt = 0;
   private flushing: Promise<void> | undefined;
+  /** the flush a bound started (queued behind one under way), until it is done */
+  private boundFlush: Promise<void> | undefined;
   /** heap-merged day tables of sealed days, by day key, with the segment numbers they merge (most recent last) */
   private readonly merged = new Map<string, { sig: string; dt: DayTable }>();
   private mergedEvents = 0;
@@ -139,14 +184,30 @@ export class ColumnProjection implements QueryEngine {
         d.open = new SegmentBuilder(utcMidnight(r.day), d.ids);
         this.openDays++;
       }
+      const before = d.open.bytes();
       d.open.append(seq, r);
+      this.grew(r.p, d.open.bytes() - before);
       d.touched = true;
       if (r.rt > this.maxRt) this.maxRt = r.rt;
       this.openEvents++;
       if (r.h === 1) this.openHistory++;
     }
     if (records.length > 0) this.foldedSeq = Math.max(this.foldedSeq, firstSeq + records.length - 1);
-    if (this.full() && !this.flushing) void this.flush().catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`));
+    // a bound reached while a flush is under way queues the next one, so open segments cannot outgrow it meanwhile
+    if (!this.boundFlush && this.full()) {
+      this.boundFlush = this.flush()
+        .catch((err: unknown) => this.log(`sealing column segments failed: ${String(err)}`))
+        .finally(() => (this.boundFlush = undefined));
+    }
+  }
+
+  /** Counts bytes an append added to a project's open segments. */
+  private grew(projectId: string, delta: number): void {
+    if (delta === 0) return;
+    this.openBytes += delta;
+    const b = (this.projectBytes.get(projectId) ?? 0) + delta;
+    this.projectBytes.set(projectId, b);
+    if (b > this.largestProjectBytes) this.largestProjectBytes = b;
   }
 
   /** A replay consumer (recovery.ts): folds one record, and seals the open segments when they reach their bound. */
@@ -225,6 +286,9 @@ export class ColumnProjection implements QueryEngine {
     this.openEvents = 0;
     this.openHistory = 0;
     this.openDays = 0;
+    this.openBytes = 0;
+    this.projectBytes.clear();
+    this.largestProjectBytes = 0;
     // Taken before any yield: every event folded up to here is in a segment of `sealing`, later ones in new open ones.
     const marker = this.foldedSeq;
     // Encoding is most of a flush (a year's history import seals 250,000 events of hundreds of days at once, ~0.1 s
@@ -284,6 +348,8 @@ export class ColumnProjection implements QueryEngine {
       this.days.delete(k);
     }
     this.openHistory = Math.min(this.openHistory, this.openEvents);
+    this.openBytes -= this.projectBytes.get(projectId) ?? 0;
+    this.projectBytes.delete(projectId);
     for (const k of [...this.pending.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.pending.delete(k);
     for (const k of [...this.merged.keys()]) if (k.startsWith(`${projectId}\u0000`)) this.dropMerged(k);
     return this.store.eraseProject(projectId);
@@ -359,14 +425,30 @@ export class ColumnProjection implements QueryEngine {
     return run.finish();
   }
 
-  /** Open events now (operator view, tests). */
-  /** The open segments reached a bound: seal them. */
+  /** The open segments reached a bound: seal them (counted by the bound that was reached). */
   private full(): boolean {
-    return this.openEvents >= OPEN_EVENTS_BOUND || this.openHistory >= OPEN_HISTORY_BOUND || this.openDays >= OPEN_DAYS_BOUND;
+    const reason = this.reached();
+    if (reason !== undefined) this.seals[reason]++;
+    return reason !== undefined;
   }
 
+  private reached(): SealReason | undefined {
+    if (this.openEvents >= OPEN_EVENTS_BOUND) return 'events';
+    if (this.openHistory >= OPEN_HISTORY_BOUND) return 'history';
+    if (this.openDays >= OPEN_DAYS_BOUND) return 'days';
+    if (this.openBytes >= OPEN_BYTES_BOUND) return 'bytes';
+    if (this.largestProjectBytes >= PROJECT_OPEN_BYTES) return 'project_bytes';
+    return undefined;
+  }
+
+  /** Open events now (operator view, tests). */
   openCount(): number {
     return this.openEvents;
+  }
+
+  /** The open columns and the flushes their bounds caused (operator metrics). */
+  openStats(): OpenColumnStats {
+    return { events: this.openEvents, bytes: this.openBytes, largestProjectBytes: this.largestProjectBytes, seals: { ...this.seals } };
   }
 
   async close(): Promise<void> {

@@ -3,7 +3,7 @@ import type { MetricsResponse, RealtimeResponse } from '../core/types.ts';
 import { Admission } from './admission.ts';
 import type { Backend } from './backend.ts';
 import { Ingest } from './ingest.ts';
-import type { OperatorMetrics } from './operator-metrics.ts';
+import type { OperatorMetrics, StateStats } from './operator-metrics.ts';
 import { ProjectKeys } from './project-keys.ts';
 import { Projects } from './projects.ts';
 import { QuestionDesk } from './questions.ts';
@@ -242,7 +242,7 @@ export class Engine implements AnalyticsEngine {
   }
 
   /** For operator metrics: what is held, read at scrape time. */
-  stats(): { projects: number; liveDays: number; awakeDays: number; sealedDays: number } {
+  stats(): StateStats {
     return { projects: this.projects.size, ...this.backend.stats() };
   }
 

@@ -17,7 +17,7 @@ import type { KeyRecord } from '../store/records.ts';
 import type { RememberedIds } from '../store/lmdb/remembered-ids.ts';
 import type { SealedStore } from '../store/lmdb/sealed-store.ts';
 import { SnapshotFiles } from '../store/files/snapshot-files.ts';
-import type { Backend, ReadRefusal, ReadView } from './backend.ts';
+import type { Backend, BackendStats, ReadRefusal, ReadView } from './backend.ts';
 import { exportEvents } from './history-export.ts';
 import { COLUMN_FLUSH_MS, ColumnProjection } from './column-projection.ts';
 import { generateKey, hashKey, keyHint } from './keys.ts';
@@ -355,8 +355,8 @@ export class LmdbBackend implements Backend {
     if (failed !== undefined) throw new Error(`the final snapshot could not be written in ${path.join(this.config.dataDir, 'snapshots')}: ${failed}; the next start replays the log instead`);
   }
 
-  stats(): { liveDays: number; awakeDays: number; sealedDays: number } {
-    return { ...dayCounts(this.fold.state), sealedDays: this.sealedStore.dayCount() };
+  stats(): BackendStats {
+    return { ...dayCounts(this.fold.state), sealedDays: this.sealedStore.dayCount(), columns: this.columns.openStats() };
   }
 
   /**

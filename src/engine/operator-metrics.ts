@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { SEAL_REASONS, sumOpenStats, type OpenColumnStats } from './column-projection.ts';
 
 /**
  * Operator metrics (Prometheus text format on METRICS_PORT), with prom-client: the de-facto Node client, maintained,
@@ -21,6 +22,7 @@ export interface StateStats {
   /** live days whose tables are on the heap (the rest sleep on their snapshot bytes) */
   awakeDays: number;
   sealedDays: number;
+  columns: OpenColumnStats;
 }
 
 export class OperatorMetrics {
@@ -31,7 +33,7 @@ export class OperatorMetrics {
   private readonly commitLatency: Histogram;
   private readonly snapshotDuration: Histogram;
   private readonly snapshotBytes: Gauge;
-  private stats: () => StateStats = () => ({ projects: 0, liveDays: 0, awakeDays: 0, sealedDays: 0 });
+  private stats: () => StateStats = () => ({ projects: 0, liveDays: 0, awakeDays: 0, sealedDays: 0, columns: sumOpenStats([]) });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'analytics_' });
@@ -99,6 +101,46 @@ export class OperatorMetrics {
       registers,
       collect() {
         this.set(self.stats().sealedDays);
+      },
+    });
+
+    new Gauge({
+      name: 'analytics_columns_open_events',
+      help: 'Events in open column segments (on the heap until the next flush seals them)',
+      registers,
+      collect() {
+        this.set(self.stats().columns.events);
+      },
+    });
+    new Gauge({
+      name: 'analytics_columns_open_bytes',
+      help: 'Estimated heap bytes of open column segments (arrays, dictionaries, new ids); a flush seals them at OPEN_BYTES_BOUND',
+      registers,
+      collect() {
+        this.set(self.stats().columns.bytes);
+      },
+    });
+    new Gauge({
+      name: 'analytics_columns_open_bytes_largest_project',
+      help: 'Estimated heap bytes of the open column segments of the project holding most (a flush seals them at PROJECT_OPEN_BYTES)',
+      registers,
+      collect() {
+        this.set(self.stats().columns.largestProjectBytes);
+      },
+    });
+    let sealsSeen = sumOpenStats([]).seals;
+    new Counter({
+      name: 'analytics_columns_bound_flushes_total',
+      help: 'Flushes of the open column segments caused by a bound before their interval, by bound (events, history, days, bytes, project_bytes)',
+      labelNames: ['bound'],
+      registers,
+      collect() {
+        const now = self.stats().columns.seals;
+        for (const r of SEAL_REASONS) {
+          const d = now[r] - sealsSeen[r];
+          this.inc({ bound: r }, d > 0 ? d : 0);
+        }
+        sealsSeen = now;
       },
     });
   }

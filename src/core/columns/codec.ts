@@ -4,18 +4,22 @@
  * narrowest width their dictionary allows (1, 2 or 4 bytes), and each dictionary as a JSON array of strings (V8
  * parses JSON arrays of strings faster than any loop over length-prefixed bytes). A merged day (day-table.ts) also
  * carries its visit table. Decoding gives typed-array views over the bytes, without copying; a dictionary is parsed
- * the first time a question needs it. Version 1 (no visit table, 4-byte alignment) is still read.
+ * the first time a question needs it. Properties (version 3) are entries grouped by key (props.ts) with one value
+ * dictionary per key, each its own JSON text, so a question parses the keys' list and the values of the keys it names.
+ * Versions 1 (no visit table, 4-byte alignment) and 2 (a dense column per property key) are still read.
  *
  * The checksum function is passed in (the store has a native CRC-32), so this file stays pure.
  */
 
+import type { Codes, PropColumn } from './codes.ts';
 import { VISIT_VALUE_COLUMNS, type DayTable, type VisitTable } from './day-table.ts';
-import { VALUE_COLUMNS, type Codes, type PropColumn, type SegmentView, type ValueColumn } from './segment.ts';
+import { denseProp, entryCount, fromDense, ownValues, propIndex, type PropIndex } from './props.ts';
+import { VALUE_COLUMNS, type SegmentView, type ValueColumn } from './segment.ts';
 
 const MAGIC = 0x4c4f4341; // 'ACOL'
-export const SEGMENT_VERSION = 2;
-/** versions this release reads: 1 has no visit table and aligns blocks to 4 bytes */
-const READABLE = [1, 2];
+export const SEGMENT_VERSION = 3;
+/** versions this release reads: 1 has no visit table and aligns blocks to 4 bytes, 1 and 2 a dense column per property key */
+const READABLE = [1, 2, 3];
 /** magic, version, checksum, meta length: four u32 */
 const HEADER_BYTES = 16;
 
@@ -41,7 +45,8 @@ interface Meta {
   visits: Block;
   users: Block;
   cols: Record<string, { codes: Block; dict: Block }>;
-  props: Array<{ key: string; codes: Block; dict: Block }>;
+  /** versions 1 and 2: a dense column per key; 3: entries grouped by key */
+  props: DenseProps | PropsMeta;
   table?: {
     V: number;
     U: number;
@@ -55,6 +60,24 @@ interface Meta {
     user: Block;
     cols: Record<string, Block>;
   };
+}
+
+type DenseProps = Array<{ key: string; codes: Block; dict: Block }>;
+
+/** Properties of version 3: K keys, P entries (props.ts's PropIndex, each key's values in a dictionary of its own). */
+interface PropsMeta {
+  K: number;
+  P: number;
+  /** the keys as a JSON array */
+  keys: Block;
+  /** u32 × (K + 1): entries of key k are at[k] .. at[k+1]-1 */
+  at: number;
+  /** per entry: the event, and the value's code in its key's dictionary */
+  rows: Block;
+  vals: Block;
+  /** each key's dictionary as a JSON array, one after another; u32 × (K + 1) byte offsets of each in it */
+  values: Block;
+  valueAt: number;
 }
 
 const widthFor = (maxCode: number): 1 | 2 | 4 => (maxCode < 256 ? 1 : maxCode < 65_536 ? 2 : 4);
@@ -100,7 +123,7 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
     const bytes = enc.encode(JSON.stringify(values));
     return [add(bytes), bytes.byteLength];
   };
-  const bytesOf = (a: Int32Array | Float64Array, n = a.length): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, n * a.BYTES_PER_ELEMENT);
+  const bytesOf = (a: Int32Array | Uint32Array | Float64Array, n = a.length): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, n * a.BYTES_PER_ELEMENT);
   const n = s.n;
   const time = add(bytesOf(s.time, n));
   const visit = table ? undefined : codes(s.visit, n);
@@ -109,11 +132,7 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
   const users = dict(s.userDict());
   const cols: Meta['cols'] = {};
   for (const c of VALUE_COLUMNS) cols[c] = { codes: codes(s.column(c), n), dict: dict(s.dict(c)) };
-  const props: Meta['props'] = [];
-  for (const key of s.propKeys()) {
-    const p = s.prop(key)!;
-    props.push({ key, codes: codes(p.codes, n), dict: dict(p.dict) });
-  }
+  const props = encodeProps(s.props(), enc, { add, codes, dict, bytesOf });
   const tableMeta: Meta['table'] = table && {
     V: table.V,
     U: table.U,
@@ -168,6 +187,45 @@ export function encodeSegment(s: SegmentView, crc: Crc, table?: VisitTable): Uin
   return out;
 }
 
+interface Writers {
+  add(bytes: Uint8Array): number;
+  codes(a: Codes, n: number): Block;
+  dict(values: readonly string[]): Block;
+  bytesOf(a: Uint32Array): Uint8Array;
+}
+
+/** The properties' blocks: entries grouped by key, each key's values coded into a dictionary of its own. */
+function encodeProps(ix: PropIndex, enc: TextEncoder, w: Writers): PropsMeta {
+  const K = ix.keys.length;
+  const P = entryCount(ix);
+  const own = new Uint32Array(P);
+  const pieces: Uint8Array[] = [];
+  const valueAt = new Uint32Array(K + 1);
+  let len = 0;
+  for (let k = 0; k < K; k++) {
+    const b = enc.encode(JSON.stringify(ownValues(ix, k, own)));
+    pieces.push(b);
+    len += b.byteLength;
+    valueAt[k + 1] = len;
+  }
+  const blob = new Uint8Array(len);
+  let at = 0;
+  for (const b of pieces) {
+    blob.set(b, at);
+    at += b.byteLength;
+  }
+  return {
+    K,
+    P,
+    keys: w.dict(ix.keys),
+    at: w.add(w.bytesOf(ix.at)),
+    rows: w.codes(ix.rows, P),
+    vals: w.codes(own, P),
+    values: [w.add(blob), len],
+    valueAt: w.add(w.bytesOf(valueAt)),
+  };
+}
+
 /** Code blocks shorter than this are copied in a loop (a subarray for set() costs more than a few dozen moves). */
 const COPY_BY_LOOP = 64;
 
@@ -217,9 +275,25 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
   };
   const cols = new Map<ValueColumn, Codes>();
   for (const c of VALUE_COLUMNS) cols.set(c, view(meta.cols[c]!.codes));
-  const props = new Map(meta.props.map((p) => [p.key, p]));
-  const propCols = new Map<string, PropColumn>();
-  const keys = meta.props.map((p) => p.key);
+  // properties: a dense column per key (versions 1, 2), else entries grouped by key; a key's column is built when asked
+  const dense = Array.isArray(meta.props) ? new Map(meta.props.map((p) => [p.key, p])) : undefined;
+  const propCols = new Map<string, PropColumn | undefined>();
+  let index: PropIndex | undefined;
+  const denseColumn = (m: DenseProps[number]): PropColumn => ({
+    codes: view(m.codes),
+    get dict() {
+      return dict(m.dict);
+    },
+  });
+  const props = (): PropIndex => {
+    if (index) return index;
+    if (dense) return (index = fromDense(n, [...dense.keys()], (key) => denseColumn(dense.get(key)!)));
+    const pm = meta.props as PropsMeta;
+    const valueAt = new Uint32Array(bytes.buffer, base + pm.valueAt, pm.K + 1);
+    const values = (k: number): readonly string[] =>
+      JSON.parse(dec.decode(new Uint8Array(bytes.buffer, base + pm.values[0] + valueAt[k]!, valueAt[k + 1]! - valueAt[k]!))) as string[];
+    return (index = propIndex(dict(pm.keys), new Uint32Array(bytes.buffer, base + pm.at, pm.K + 1), viewOf(pm.rows, pm.P), viewOf(pm.vals, pm.P), false, values));
+  };
   let visitCodes: Codes | undefined;
   let userCodes: Codes | undefined;
   let table: VisitTable | undefined;
@@ -243,22 +317,13 @@ export function decodeDay(input: Uint8Array): DecodedSegment {
     dict: (c) => dict(meta.cols[c]!.dict),
     visitDict: () => dict(meta.visits),
     userDict: () => dict(meta.users),
-    propKeys: () => keys,
+    props,
     prop(key) {
-      let p = propCols.get(key);
-      if (!p) {
-        const m = props.get(key);
-        if (!m) return undefined;
-        const codes = view(m.codes);
-        p = {
-          codes,
-          get dict() {
-            return dict(m.dict);
-          },
-        };
-        propCols.set(key, p);
+      if (!propCols.has(key)) {
+        const m = dense?.get(key);
+        propCols.set(key, dense ? m && denseColumn(m) : denseProp(props(), key, n));
       }
-      return p;
+      return propCols.get(key);
     },
   };
   const t = meta.table;

@@ -7,7 +7,9 @@
  */
 
 import { hash53 } from '../hash.ts';
-import { Interner, VALUE_COLUMNS, type Codes, type PropColumn, type SegmentView, type ValueColumn } from './segment.ts';
+import { Interner, remapDict, type Codes, type PropColumn } from './codes.ts';
+import { mergeProps, type PropIndex } from './props.ts';
+import { VALUE_COLUMNS, type SegmentView, type ValueColumn } from './segment.ts';
 
 /** Value columns a visit takes from its first event (CONTRACT.md: visit-level dimensions). */
 export const VISIT_VALUE_COLUMNS = ['source', 'utmMedium', 'utmCampaign', 'country', 'device', 'browser', 'os'] as const;
@@ -37,12 +39,6 @@ export interface VisitTable {
 export interface DayTable {
   readonly view: SegmentView;
   readonly table: VisitTable;
-}
-
-function remapDict(dict: readonly string[] | undefined, into: Interner): Int32Array {
-  const out = new Int32Array((dict?.length ?? 0) + 1);
-  if (dict) for (let i = 0; i < dict.length; i++) out[i + 1] = into.code(dict[i]!);
-  return out;
 }
 
 /**
@@ -137,7 +133,7 @@ export function* mergeDaySteps(segs: readonly SegmentView[]): Generator<void, Da
   yield;
   const visit = new Uint32Array(n);
   for (let v = 0; v < V; v++) visit.fill(v, start[v]!, start[v + 1]!);
-  const gather = (get: (s: SegmentView) => Codes | undefined, maps: Int32Array[]): Uint32Array => {
+  const gather = (get: (s: SegmentView, si: number) => Codes | undefined, maps: Int32Array[]): Uint32Array => {
     const srcs = segs.map(get);
     const out = new Uint32Array(n);
     for (let k = 0; k < n; k++) {
@@ -158,14 +154,22 @@ export function* mergeDaySteps(segs: readonly SegmentView[]): Generator<void, Da
     dicts.set(c, into.values);
     yield;
   }
-  const keys = [...new Set(segs.flatMap((s) => [...s.propKeys()]))];
-  const props = new Map<string, PropColumn>();
-  for (const key of keys) {
-    const into = new Interner();
-    const maps = segs.map((s) => remapDict(s.prop(key)?.dict, into));
-    props.set(key, { codes: gather((s) => s.prop(key)?.codes, maps), dict: into.values });
-    yield;
-  }
+  // Properties are merged when asked: a question reads the keys it names (one dense column each, from each segment's
+  // entries of that key), the store's merge reads them all; the day holds nothing of the keys nobody asks.
+  const asked = new Map<string, PropColumn | undefined>();
+  const prop = (key: string): PropColumn | undefined => {
+    if (asked.has(key)) return asked.get(key);
+    const srcs = segs.map((s) => s.prop(key));
+    let col: PropColumn | undefined;
+    if (srcs.some((p) => p !== undefined)) {
+      const into = new Interner();
+      const maps = srcs.map((p) => remapDict(p?.dict, into));
+      col = { codes: gather((_, si) => srcs[si]?.codes, maps), dict: into.values };
+    }
+    asked.set(key, col);
+    return col;
+  };
+  let props: PropIndex | undefined;
   const view: SegmentView = {
     n,
     firstSeq: n > 0 ? firstSeq : 0,
@@ -182,8 +186,14 @@ export function* mergeDaySteps(segs: readonly SegmentView[]): Generator<void, Da
     dict: (c) => dicts.get(c)!,
     visitDict: () => visits,
     userDict: () => users,
-    propKeys: () => keys,
-    prop: (k) => props.get(k),
+    props: () =>
+      (props ??= mergeProps(
+        segs.map((s) => s.props()),
+        segs.map((s) => s.n),
+        srcSeg,
+        srcIdx,
+      )),
+    prop,
   };
   const userHash = visitorHashes(view, U);
   yield;

@@ -4,7 +4,7 @@
  * typed-array views. The evaluator reads both through SegmentView.
  *
  * Codes: for the value columns (name, path, source, ...) and every property, code 0 is "no value" and code k is
- * `dict[k - 1]`. Visits and visitors are numbered per project-day across all of the day's segments (code = index),
+ * `dict[k - 1]`. Properties are kept sparsely (props.ts): one entry per (event, key) present. Visits and visitors are numbered per project-day across all of the day's segments (code = index),
  * so a visit's events in several segments share one code; each segment's dictionary holds only the ids it added.
  */
 
@@ -12,6 +12,10 @@ import { freeNow } from '../free-now.ts';
 import { hash53 } from '../hash.ts';
 import { NumberCounts } from '../number-table.ts';
 import type { Scalar, StoredEvent } from '../types.ts';
+import { DICT_ENTRY_BYTES, Interner, type Codes, type PropColumn } from './codes.ts';
+import { groupByKey, scanProp, type PropEntries, type PropIndex } from './props.ts';
+
+export { Interner, type Codes, type PropColumn } from './codes.ts';
 
 /** The value columns, in their stored order. */
 export const VALUE_COLUMNS = ['name', 'path', 'source', 'country', 'device', 'browser', 'os', 'utmMedium', 'utmCampaign'] as const;
@@ -19,13 +23,6 @@ export type ValueColumn = (typeof VALUE_COLUMNS)[number];
 
 /** Browser and OS names when the User-Agent parser named none (as GET /metrics counts them). */
 export const UNKNOWN = 'Unknown';
-
-export type Codes = Uint8Array | Uint16Array | Uint32Array;
-
-export interface PropColumn {
-  codes: Codes;
-  dict: readonly string[];
-}
 
 /** What the evaluator reads of a segment, open or sealed. */
 export interface SegmentView {
@@ -48,7 +45,9 @@ export interface SegmentView {
   visitDict(): readonly string[];
   /** visitor ids (StoredEvent.user) of codes userBase.. */
   userDict(): readonly string[];
-  propKeys(): readonly string[];
+  /** every property entry, grouped by key (encoding, merging) */
+  props(): PropIndex;
+  /** one property as a column of codes over the events (0: not carried), built when asked */
   prop(key: string): PropColumn | undefined;
 }
 
@@ -61,30 +60,14 @@ export function propString(v: Scalar): string {
  * thousands of them are open between two flushes (256 cost ~15 KiB each, 8 about 1 KiB). */
 const INITIAL_CAPACITY = 8;
 
-/** Dictionary codes of one column: 1-based in first-seen order (0 is no value). */
-export class Interner {
-  readonly map = new Map<string, number>();
-  readonly values: string[] = [];
-  /** the last value coded and its code: a visit's events mostly repeat the one before (its country, device, source) */
-  private last: string | undefined;
-  private lastCode = 0;
-  /** code of `s` (1-based; 0 is no value) */
-  code(s: string): number {
-    if (s === this.last) return this.lastCode;
-    let c = this.map.get(s);
-    if (c === undefined) {
-      this.values.push(s);
-      c = this.values.length;
-      this.map.set(s, c);
-    }
-    this.last = s;
-    this.lastCode = c;
-    return c;
-  }
-}
+/** Heap bytes of a new visit or visitor id besides its characters: an array slot, the string header, its numbering entry. */
+const ID_ENTRY_BYTES = DICT_ENTRY_BYTES + 25;
+
+/** The entry arrays of a segment without properties (most events carry none). */
+const NO_ENTRIES: Uint32Array<ArrayBuffer> = new Uint32Array(0);
 
 /** A copy of `a` in `capacity` slots (a new array: views handed out before keep their entries). */
-function grow(a: Uint32Array, capacity: number): Uint32Array {
+function grow(a: Uint32Array, capacity: number): Uint32Array<ArrayBuffer> {
   const b = new Uint32Array(capacity);
   b.set(a);
   return b;
@@ -132,9 +115,17 @@ export class SegmentBuilder implements SegmentView {
   /** the value columns in VALUE_COLUMNS order (appends index them), and by name (reads) */
   private readonly colList: Array<{ codes: Uint32Array; dict: Interner }> = [];
   private readonly cols = new Map<ValueColumn, { codes: Uint32Array; dict: Interner }>();
-  private readonly props = new Map<string, { codes: Uint32Array; dict: Interner }>();
+  /** property entries in log order: event, key code (0-based), value code (1-based), doubled as they come */
+  private pRow = NO_ENTRIES;
+  private pKey = NO_ENTRIES;
+  private pVal = NO_ENTRIES;
+  private pCount = 0;
+  private readonly propKeyDict = new Interner();
+  private readonly propValueDict = new Interner();
   private readonly newVisits: string[] = [];
   private readonly newUsers: string[] = [];
+  /** about what the new visit and visitor ids hold: their strings and their day numbering (NumberCounts, ~25 B) */
+  private idBytes = 0;
   /**
    * Whether a view of the fixed columns' buffer was handed out since it was allocated: a buffer nobody viewed is freed
    * as soon as a larger one replaces it (freeNow); a viewed one is left to the collector, since a question may still
@@ -202,6 +193,7 @@ export class SegmentBuilder implements SegmentView {
       vc = this.ids.visits.size;
       this.ids.visits.set(vh, vc);
       this.newVisits.push(e.sessionId);
+      this.idBytes += ID_ENTRY_BYTES + e.sessionId.length;
     }
     this.v[i] = vc;
     const uh = hash53(e.user);
@@ -210,6 +202,7 @@ export class SegmentBuilder implements SegmentView {
       uc = this.ids.users.size;
       this.ids.users.set(uh, uc);
       this.newUsers.push(e.user);
+      this.idBytes += ID_ENTRY_BYTES + e.user.length;
     }
     this.u[i] = uc;
     // in VALUE_COLUMNS order
@@ -223,10 +216,43 @@ export class SegmentBuilder implements SegmentView {
     this.set(7, i, e.utmMedium);
     this.set(8, i, e.utmCampaign);
     for (const key in e.params) {
-      let p = this.props.get(key);
-      if (!p) this.props.set(key, (p = { codes: new Uint32Array(this.cap), dict: new Interner() }));
-      p.codes[i] = p.dict.code(propString(e.params[key]!));
+      if (this.pCount === this.pRow.length) this.enlargeProps();
+      const j = this.pCount++;
+      this.pRow[j] = i;
+      this.pKey[j] = this.propKeyDict.code(key) - 1;
+      this.pVal[j] = this.propValueDict.code(propString(e.params[key]!));
     }
+  }
+
+  /**
+   * About what this open segment holds on the heap: its arrays, dictionaries and new ids, so a projection can bound
+   * open segments by bytes as well as by events (an event may carry 25 long values no other event has).
+   */
+  bytes(): number {
+    let b = this.cap * FIXED_COLUMNS * 4 + this.pRow.length * 12 + this.propKeyDict.bytes + this.propValueDict.bytes + this.idBytes;
+    for (const c of this.colList) b += c.dict.bytes;
+    return b;
+  }
+
+  /** New entry arrays of twice the room (new arrays: views handed out before keep theirs). */
+  private enlargeProps(): void {
+    const cap = Math.max(INITIAL_CAPACITY, this.pRow.length * 2);
+    this.pRow = grow(this.pRow, cap);
+    this.pKey = grow(this.pKey, cap);
+    this.pVal = grow(this.pVal, cap);
+  }
+
+  /** The property entries appended so far. */
+  private entries(): PropEntries {
+    return {
+      count: this.pCount,
+      row: this.pRow,
+      key: this.pKey,
+      val: this.pVal,
+      keys: this.propKeyDict.values,
+      keyCount: this.propKeyDict.values.length,
+      values: this.propValueDict.values,
+    };
   }
 
   /** Column `k` of VALUE_COLUMNS at entry `i`. */
@@ -237,7 +263,6 @@ export class SegmentBuilder implements SegmentView {
 
   private enlarge(): void {
     this.allocate(this.cap * 2);
-    for (const p of this.props.values()) p.codes = grow(p.codes, this.cap);
   }
 
   // SegmentView: views of the first n entries (later appends never change them; a grown array is a new one)
@@ -266,12 +291,11 @@ export class SegmentBuilder implements SegmentView {
   userDict(): readonly string[] {
     return this.newUsers;
   }
-  propKeys(): readonly string[] {
-    return [...this.props.keys()];
+  props(): PropIndex {
+    return groupByKey(this.entries());
   }
   prop(key: string): PropColumn | undefined {
-    const p = this.props.get(key);
-    return p && { codes: p.codes.subarray(0, this.n), dict: p.dict.values };
+    return scanProp(this.entries(), this.n, codeOf(this.propKeyDict, key));
   }
 
   /**
@@ -287,11 +311,12 @@ export class SegmentBuilder implements SegmentView {
       cols.set(c, col.codes.subarray(0, n));
       dicts.set(c, col.dict.values);
     }
-    const props = new Map<string, PropColumn>();
-    for (const [k, p] of this.props) props.set(k, { codes: p.codes.subarray(0, n), dict: p.dict.values });
+    const entries = this.entries();
+    const keyDict = this.propKeyDict;
+    let index: PropIndex | undefined;
+    const asked = new Map<string, PropColumn | undefined>();
     const visits = this.newVisits;
     const users = this.newUsers;
-    const keys = [...props.keys()];
     return {
       n,
       firstSeq: this.firstSeq,
@@ -308,8 +333,17 @@ export class SegmentBuilder implements SegmentView {
       dict: (c) => dicts.get(c)!,
       visitDict: () => visits,
       userDict: () => users,
-      propKeys: () => keys,
-      prop: (k) => props.get(k),
+      props: () => (index ??= groupByKey(entries)),
+      prop(key) {
+        if (!asked.has(key)) asked.set(key, scanProp(entries, n, codeOf(keyDict, key)));
+        return asked.get(key);
+      },
     };
   }
+}
+
+/** 0-based code of `s` in an interner, or undefined when it has none. */
+function codeOf(d: Interner, s: string): number | undefined {
+  const c = d.map.get(s);
+  return c === undefined ? undefined : c - 1;
 }
