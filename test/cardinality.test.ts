@@ -14,17 +14,22 @@ import { clusterNodeEnv, startNatsCluster } from './nats-cluster.ts';
 
 const EVENTS = 50_000;
 /** What new values may add over the plain run (measured: +3–15 MiB at 100,000 events; the dense properties: +550 MiB at 10,000). */
-const BOUND_MIB = 40;
+const BOUND_MIB_ONE = 40;
 /** A restart after such a day may take this much longer than after the plain one (process start varies on a busy machine). */
 const RESTART_SLACK_MS = 1500;
+/**
+ * Every field new at once stores about eleven new values an event, and memory follows what is stored: single node at
+ * 50,000 events +47 MiB at the ingest's peak, +71 MiB during the question; bench/cardinality.ts's goal for it.
+ */
+const ALL_BOUND_MIB = 100;
 const SETTLE_MS = 500;
 
-function assertWithin(run: CardinalityRun, plain: CardinalityRun): void {
+function assertWithin(run: CardinalityRun, plain: CardinalityRun, boundMiB = BOUND_MIB_ONE): void {
   const label = `${run.fields} distinct`;
-  assert.ok(run.peakMiB - plain.peakMiB <= BOUND_MIB, `${label}: peak while ingesting ${run.peakMiB} MiB, plain ${plain.peakMiB} MiB`);
-  assert.ok(run.afterMiB - plain.afterMiB <= BOUND_MIB, `${label}: after the ingest ${run.afterMiB} MiB, plain ${plain.afterMiB} MiB`);
-  assert.ok(run.restartMiB - plain.restartMiB <= BOUND_MIB, `${label}: after a restart ${run.restartMiB} MiB, plain ${plain.restartMiB} MiB`);
-  assert.ok(run.questionPeakMiB - plain.questionPeakMiB <= BOUND_MIB, `${label}: during a question ${run.questionPeakMiB} MiB, plain ${plain.questionPeakMiB} MiB`);
+  assert.ok(run.peakMiB - plain.peakMiB <= boundMiB, `${label}: peak while ingesting ${run.peakMiB} MiB, plain ${plain.peakMiB} MiB`);
+  assert.ok(run.afterMiB - plain.afterMiB <= boundMiB, `${label}: after the ingest ${run.afterMiB} MiB, plain ${plain.afterMiB} MiB`);
+  assert.ok(run.restartMiB - plain.restartMiB <= boundMiB, `${label}: after a restart ${run.restartMiB} MiB, plain ${plain.restartMiB} MiB`);
+  assert.ok(run.questionPeakMiB - plain.questionPeakMiB <= boundMiB, `${label}: during a question ${run.questionPeakMiB} MiB, plain ${plain.questionPeakMiB} MiB`);
   assert.ok(run.restartMs <= 2 * plain.restartMs + RESTART_SLACK_MS, `${label}: restart ${run.restartMs} ms, plain ${plain.restartMs} ms`);
   assert.ok(run.questionRows >= 1, `${label}: the question by the day's property has an answer`);
 }
@@ -36,14 +41,14 @@ describe('a field with a new value in every event, over the public key', () => {
     assert.ok(plain.questionRows >= 1);
   });
   for (const field of FIELDS) {
-    test(`${field}: memory within ${BOUND_MIB} MiB of the plain run, restart as fast`, async () => {
+    test(`${field}: memory within ${BOUND_MIB_ONE} MiB of the plain run, restart as fast`, async () => {
       assertWithin(await runOne(EVENTS, new Set([field]), field, { settleMs: SETTLE_MS }), plain);
     });
   }
 });
 
 describe('cluster mode: every field new at once', () => {
-  test(`memory within ${BOUND_MIB} MiB of the plain run on a cluster node`, async () => {
+  test(`memory within ${ALL_BOUND_MIB} MiB of the plain run on a cluster node`, async () => {
     const runs: CardinalityRun[] = [];
     for (const distinct of [new Set<never>(), new Set(FIELDS)]) {
       // a cluster of its own for each run: one stream holds one run's events
@@ -57,6 +62,6 @@ describe('cluster mode: every field new at once', () => {
         await nats.stop();
       }
     }
-    assertWithin(runs[1]!, runs[0]!);
+    assertWithin(runs[1]!, runs[0]!, ALL_BOUND_MIB);
   });
 });
