@@ -335,6 +335,31 @@ test('a share link signs in from the fragment and removes it; the key is never i
   await context.close();
 });
 
+test('a project with allowed origins and referrers signs in on its own dashboard with sk_, rk_ and a #key= link; other sites stay refused', async () => {
+  const locked = await createProject(service.url, service.adminKey, { name: 'locked.example', allowed_origins: ['https://locked.example'], allowed_referrers: ['locked.example'] });
+  assert.equal((await api(service.url, '/analytics', { key: locked.keys.secret, body: { event: 'page_view', url: 'https://locked.example/', sessionId: 'l1' } })).status, 200);
+  const rkRes = await api(service.url, `/projects/${locked.project.id}/keys`, { key: locked.keys.secret, body: { type: 'read' } });
+  assert.equal(rkRes.status, 200, JSON.stringify(rkRes.body));
+  const rk = rkRes.body.key as string;
+  for (const how of ['sk_ typed', 'rk_ typed', '#key=rk_ link'] as const) {
+    const { page, context, requests, problems } = await open(service.url, how === '#key=rk_ link' ? { path: `/dashboard#key=${rk}` } : {});
+    if (how !== '#key=rk_ link') await signIn(page, how === 'sk_ typed' ? locked.keys.secret : rk);
+    await figuresOnScreen(page);
+    assert.equal(await page.locator('.tile[data-metric=pageviews] .value').innerText(), '1', how);
+    const refused = [];
+    for (const r of requests) if ((await r.response())?.status() === 403) refused.push(r.url());
+    assert.deepEqual(refused, [], `${how}: nothing refused`);
+    assert.deepEqual(problems, [], how);
+    await context.close();
+  }
+  // another site's page, with the same keys, is still refused by the lists
+  const other = await fetch(`${service.url}/metrics`, { headers: { authorization: `Bearer ${rk}`, origin: 'https://evil.example' } });
+  assert.equal(other.status, 403);
+  assert.match(((await other.json()) as { error: { message: string } }).error.message, /origin https:\/\/evil\.example is not allowed/);
+  const referred = await fetch(`${service.url}/metrics`, { headers: { authorization: `Bearer ${locked.keys.secret}`, referer: 'https://evil.example/page' } });
+  assert.equal(referred.status, 403);
+});
+
 test('Share turns a secret key into a read-only rk_ link, which signs in without listing projects and shows the same figures', async () => {
   const owner = await open();
   await signIn(owner.page, site.keys.secret);

@@ -231,6 +231,7 @@ export class Admission {
 
   /** Origin and Referer rules of the project (undefined = allowed). */
   private checkOrigin(project: ProjectRecord, key: KeyRecord, meta: RequestMeta, rate: RateInfo): Fail | undefined {
+    if (meta.ownPage === true) return undefined;
     if (project.allowedOrigins.length > 0) {
       if (meta.origin === undefined) {
         if (key.kind === 'publishable') return fail('forbidden', 'this project only accepts pk_ requests from its allowed origins', {}, rate);

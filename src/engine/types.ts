@@ -64,6 +64,11 @@ export interface RequestMeta {
   authorization?: string | undefined;
   origin?: string | undefined;
   referer?: string | undefined;
+  /**
+   * the request comes from a page of the service itself (its Origin, or without one its Referer, names the host it
+   * was sent to: the dashboard, a `#key=` link): never refused for its origin or referrer, the lists guard other sites
+   */
+  ownPage?: boolean;
   /** client IP as the face sees it (never stored) */
   ip: string;
   /** raw User-Agent (never stored) */

@@ -343,6 +343,7 @@ export class HttpFace {
       authorization: h.authorization,
       origin: h.origin,
       referer: h.referer,
+      ownPage: isOwnPage(h.origin, h.referer, this.options.trustProxy ? firstHeader(h['x-forwarded-host']) ?? h.host : h.host),
       ip: clientIp(req.socket.remoteAddress, forwarded, this.options.trustProxy),
       userAgent: h['user-agent'] ?? '',
     };
@@ -648,3 +649,23 @@ function safeDecode(segment: string): string {
     return segment;
   }
 }
+
+/**
+ * Whether a request comes from one of the service's own pages: its Origin (or, a same-origin GET sending none, its
+ * Referer) names the host the request was sent to. Behind a proxy the service trusts, the host it forwarded.
+ */
+export function isOwnPage(origin: string | undefined, referer: string | undefined, host: string | undefined): boolean {
+  const from = origin ?? referer;
+  if (from === undefined || host === undefined || from === 'null') return false;
+  try {
+    return new URL(from).host.toLowerCase() === host.toLowerCase();
+  } catch {
+    return false;
+  }
+}
+
+function firstHeader(v: string | string[] | undefined): string | undefined {
+  const s = Array.isArray(v) ? v[0] : v;
+  return s?.split(',')[0]?.trim() || undefined;
+}
+
