@@ -247,8 +247,14 @@ function reference(question: Question): QueryAnswer {
       return { dims: keys.map((k) => String(r[k])), n: { ...r, bounces: Number(v.bounces ?? 0), withpv: Number(v.withpv ?? 0), pvsum: Number(v.pvsum ?? 0), dursum: Number(v.dursum ?? 0) } };
     });
   };
-  const base = metrics.includes('conversionRate') ? Number(run(question.filters.filter(([, d]) => d !== 'goal'), [])[0]?.n.visitors ?? 0) : 0;
-  const value = (m: Metric, n: Record<string, string | number>): number => {
+  // conversionRate: ÷ the visitors of the row's group (its values of the dimensions other than goal) without goal filters
+  const noGoal = question.filters.filter(([, d]) => d !== 'goal');
+  const groupDims = dims.filter((d) => d !== 'goal');
+  const goalAt = dims.indexOf('goal');
+  const groups = metrics.includes('conversionRate') ? new Map(run(noGoal, groupDims).map((r) => [JSON.stringify(r.dims), Number(r.n.visitors)])) : new Map<string, number>();
+  const allBase = metrics.includes('conversionRate') ? Number(run(noGoal, [])[0]?.n.visitors ?? 0) : 0;
+  const value = (m: Metric, n: Record<string, string | number>, rowDims?: string[]): number => {
+    const base = rowDims === undefined ? allBase : (groups.get(JSON.stringify(rowDims.filter((_, i) => i !== goalAt))) ?? 0);
     const visits = Number(n.visits ?? 0);
     const visitors = Number(n.visitors ?? 0);
     switch (m) {
@@ -273,7 +279,7 @@ function reference(question: Question): QueryAnswer {
   const totalRow = run(question.filters, [])[0];
   const totals = metrics.map((m) => value(m, totalRow?.n ?? {}));
   if (dims.length === 0) return { results: [{ dimensions: [], metrics: totals }], totals, totalRows: 1 };
-  const results = run(question.filters, dims).map((r) => ({ dimensions: r.dims, metrics: metrics.map((m) => value(m, r.n)) }));
+  const results = run(question.filters, dims).map((r) => ({ dimensions: r.dims, metrics: metrics.map((m) => value(m, r.n, r.dims)) }));
   if (dims.length === 1 && (dims[0] === 'goal' || dims[0]!.startsWith('time:'))) {
     const have = new Set(results.map((r) => r.dimensions[0]));
     const all = dims[0] === 'goal' ? GOALS.map((g) => g.name) : buckets(dims[0] as (typeof TIME_DIMENSIONS)[number], from, to);

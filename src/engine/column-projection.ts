@@ -417,7 +417,7 @@ export class ColumnProjection implements QueryEngine {
       run.addDay(day, dt);
       base?.addDay(day, dt);
     });
-    return run.finish(base?.totalVisitors() ?? 0);
+    return run.finish(base?.baseVisitors());
   }
 
   async funnel(projectId: string, timezone: string, q: FunnelQuestion): Promise<FunnelStepAnswer[]> {

@@ -88,7 +88,7 @@ export const TOOLS: readonly ToolDefinition[] = [
       'country, device, browser, os, entryPage, exitPage, page, event, goal, prop:<eventParams key>, and one of time:hour, ' +
       'time:day, time:week, time:month), `filters` ([operator, dimension, [values]] with is, isNot, contains, notContains), ' +
       '`orderBy`, `limit`, `offset`, and the range as `date` or `from`/`to` (YYYY-MM-DD, ≤ 366 days). conversionRate needs a ' +
-      'goal dimension or goal filter. Answers rows of dimension values and metric values, totals and totalRows. Admin keys ' +
+      'goal dimension or goal filter (a row\'s converted visitors ÷ the visitors of its group without goal filters). Answers rows of dimension values and metric values, totals and totalRows. Admin keys ' +
       'name the project with `projectId`.',
     input: QueryBodySchema,
     kinds: ['admin', 'secret', 'read'],

@@ -866,16 +866,25 @@ export class QueryRun extends DayScan {
     rows.distinct[r]!.add(t.userHash[u]!, this.dayIndex);
   }
 
-  /** Visitors of the whole selection (the denominator of conversionRate, from a run without goal filters). */
-  totalVisitors(): number {
-    return this.rows.distinct[0]!.count();
+  /**
+   * Visitors of each group and of the whole selection, from this run of the base question (baseQuestion: without goal
+   * filters, its dimensions those of the question other than `goal`): conversionRate's denominators.
+   */
+  baseVisitors(): BaseVisitors {
+    const answer = this.finish();
+    const byGroup = new Map(answer.results.map((r) => [JSON.stringify(r.dimensions), r.metrics[0]!]));
+    return { total: answer.totals[0]!, group: (dims) => byGroup.get(JSON.stringify(dims)) ?? 0 };
   }
 
-  finish(baseVisitors = 0): QueryAnswer {
+  finish(base: BaseVisitors = NO_BASE): QueryAnswer {
     const metrics = this.q.metrics;
     const rows = this.rows;
     const visitors = new Map<number, number>();
-    const values = (r: number): number[] => metrics.map((m) => metricOf(m, rows, r, baseVisitors, visitors));
+    const goalAt = this.dims.indexOf('goal');
+    const values = (r: number, dims?: readonly string[]): number[] => {
+      const denominator = dims === undefined ? base.total : base.group(goalAt < 0 ? dims : dims.filter((_, i) => i !== goalAt));
+      return metrics.map((m) => metricOf(m, rows, r, denominator, visitors));
+    };
     const totals = values(0);
     if (this.dims.length === 0) return { results: [{ dimensions: [], metrics: totals }], totals, totalRows: 1 };
     const dimSpaces = this.dims.map((d) => this.space(spaceOf(d)));
@@ -893,7 +902,10 @@ export class QueryRun extends DayScan {
       }
     }
     const zero = metrics.map(() => 0);
-    let out: QueryRow[] = list.map((a) => ({ dimensions: a.codes.map((c, i) => dimSpaces[i]!.values[c]!), metrics: a.r < 0 ? zero : values(a.r) }));
+    let out: QueryRow[] = list.map((a) => {
+      const dimensions = a.codes.map((c, i) => dimSpaces[i]!.values[c]!);
+      return { dimensions, metrics: a.r < 0 ? zero : values(a.r, dimensions) };
+    });
     const order = this.q.orderBy.map(([name, dir]) => {
       const mi = metrics.indexOf(name as Metric);
       const di = this.dims.indexOf(name as Dimension);
@@ -950,10 +962,22 @@ function metricOf(m: Metric, rows: Rows, r: number, baseVisitors: number, cache:
   }
 }
 
-/** The question conversionRate divides by: the same selection without goal filters and without dimensions. */
+/** conversionRate's denominators: visitors of the whole selection, and of a row's group (its values of the dimensions other than `goal`). */
+export interface BaseVisitors {
+  total: number;
+  group(dims: readonly string[]): number;
+}
+
+const NO_BASE: BaseVisitors = { total: 0, group: () => 0 };
+
+/**
+ * The question conversionRate divides by: the same selection without goal filters, by the question's dimensions
+ * other than `goal` (as Plausible: Google's visitors who converted ÷ Google's visitors), every row of it.
+ */
 export function baseQuestion(q: Question): Question | undefined {
   if (!q.metrics.includes('conversionRate')) return undefined;
-  return { ...q, metrics: ['visitors'], dimensions: [], filters: q.filters.filter(([, d]) => d !== 'goal'), orderBy: [], offset: 0, limit: 1 };
+  const dimensions = q.dimensions.filter((d) => d !== 'goal');
+  return { ...q, metrics: ['visitors'], dimensions, filters: q.filters.filter(([, d]) => d !== 'goal'), orderBy: [], offset: 0, limit: Number.MAX_SAFE_INTEGER };
 }
 
 export class FunnelRun extends DayScan {
