@@ -89,6 +89,13 @@ describe('POST /query: bad bodies are 400 invalid_request naming the culprit', (
     assertError(missing, 400, 'invalid_request');
     assert.match(missing.body.error.message, /No such goal/);
   });
+
+  test('a goal filter naming no goal of the project is refused as the funnel refuses it, not answered with zeros', async () => {
+    const r = await ask(p.keys.secret, { metrics: ['visitors', 'conversionRate'], filters: [['is', 'goal', ['No such goal']]] });
+    assertError(r, 400, 'invalid_request');
+    assert.match(r.body.error.message, /filters\[0\]: no goal named "No such goal"/);
+    assert.deepEqual(r.body.error.details, [{ path: 'filters[0][2]', message: 'no goal named "No such goal"' }]);
+  });
 });
 
 describe('goals', () => {

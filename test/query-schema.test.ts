@@ -72,15 +72,15 @@ describe('POST /query body', () => {
     ] as const) {
       const parsed = parseQueryBody({ metrics: ['visits'], ...range });
       assert.ok(parsed.ok);
-      const q = resolveQuestion(parsed.value, '2026-11-20');
+      const q = resolveQuestion(parsed.value, '2026-11-20', []);
       assert.equal(q.ok, false, JSON.stringify(range));
       if (!q.ok) assert.ok(q.message.includes(word), q.message);
     }
-    const today = resolveQuestion(ok.value, '2026-11-20');
+    const today = resolveQuestion(ok.value, '2026-11-20', []);
     assert.ok(today.ok && today.value.from === '2026-11-20' && today.value.to === '2026-11-20');
     const from = parseQueryBody({ metrics: ['visits'], from: '2026-11-01' });
     assert.ok(from.ok);
-    const open = resolveQuestion(from.value, '2026-11-20');
+    const open = resolveQuestion(from.value, '2026-11-20', []);
     assert.ok(open.ok && open.value.from === '2026-11-01' && open.value.to === '2026-11-20');
   });
 

@@ -70,8 +70,8 @@ export class QuestionDesk {
     const { project, rate } = gate.value;
     const input = parseQueryBody(body);
     if (!input.ok) return invalid(input.message, input.details, rate);
-    const question = resolveQuestion(input.value, dayOf(this.parts.now(), project.timezone));
-    if (!question.ok) return invalid(question.message, [], rate);
+    const question = resolveQuestion(input.value, dayOf(this.parts.now(), project.timezone), project.goals ?? []);
+    if (!question.ok) return invalid(question.message, question.details, rate);
     const engine = this.parts.questions();
     if (!engine) return fail('unavailable', UNWIRED, { retryAfterSeconds: 1 }, rate);
     const q = question.value;

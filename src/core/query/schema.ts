@@ -332,10 +332,20 @@ export function parseGoalBody(body: unknown): Parsed<GoalInput> {
   return { ok: true, value: parsed.data as GoalInput };
 }
 
-/** The range resolved against today in the project's timezone (the rules of GET /metrics). */
-export function resolveQuestion(input: QueryInput, today: string): Parsed<Question> {
+/**
+ * The range resolved against today in the project's timezone (the rules of GET /metrics); a goal filter's value that
+ * is no goal of the project is refused, naming it (as a funnel step is), not answered with zeros.
+ */
+export function resolveQuestion(input: QueryInput, today: string, goals: readonly Goal[]): Parsed<Question> {
   const range = resolveRange(input.range, today);
   if (!range.ok) return { ok: false, message: range.message, details: [{ path: '', message: range.message }] };
+  for (const [i, [, dim, values]] of input.question.filters.entries()) {
+    if (dim !== 'goal') continue;
+    const unknown = values.find((v) => !goals.some((g) => g.name === v));
+    if (unknown === undefined) continue;
+    const message = `filters[${i}]: no goal named "${unknown}" in this project (GET /projects/{id}/goals lists them)`;
+    return { ok: false, message, details: [{ path: `filters[${i}][2]`, message: `no goal named "${unknown}"` }] };
+  }
   return { ok: true, value: { from: range.from, to: range.to, ...input.question } };
 }
 
