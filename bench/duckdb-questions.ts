@@ -179,6 +179,8 @@ function metricSql(m: Metric): string {
       return 'CASE WHEN visits = 0 THEN 0 ELSE floor(durMs::DOUBLE / visits / 1000 + 0.5) END';
     case 'conversionRate':
       throw new Error('duckdb reference: conversionRate is not covered');
+    default:
+      throw new Error(`duckdb reference: ${m} is not covered (test/query-columns.test.ts checks revenue against SQL)`);
   }
 }
 

@@ -39,10 +39,12 @@ const REFERRERS: Array<[string, string]> = [
   ['https://blog.example/post', 'blog.example'],
 ];
 const PATHS = ['/', '/pricing', '/docs/x/y', '/blog/a', '/blog/b', '/Blog/c'];
-const NAMES = ['signup', 'click', 'download'];
+const NAMES = ['signup', 'click', 'download', 'purchase'];
 const MARK = 'zebra-erasure-mark';
 /** every eventParams key the generator uses (a column each in SQLite) */
-const PROPS = ['plan', 'seats', 'flag', 'note', 'mark'];
+const PROPS = ['plan', 'seats', 'flag', 'note', 'mark', 'value', 'currency'];
+/** Currencies the purchases use (sent in any case: revenue counts them upper-cased) and the revenue metrics asked. */
+const CURRENCIES = ['EUR', 'eur', 'USD', 'Usd'];
 
 const GOALS: Goal[] = [
   { id: 'g1', name: 'Signup', event: 'signup', createdAt: 0 },
@@ -120,6 +122,10 @@ function generate(rand: () => number, now: number): { batches: Array<{ ua: strin
       if (rand() < 0.2) params.flag = rand() < 0.5;
       if (rand() < 0.1) params.note = null;
       if (rand() < 0.05) params.mark = MARK;
+      if (event === 'purchase') {
+        params.value = pick([9.99, 20, 0.5, 120]);
+        params.currency = pick(CURRENCIES);
+      }
       const e: Record<string, unknown> = { event, sessionId: `s${s}`, referrer, country: pick(['de', 'US', 'fr']), device: pick(['Desktop', 'mobile']), timestamp: ts };
       if (withUrl) e.url = `https://site.example${p}${utm ? `?${utm}` : ''}`;
       if (Object.keys(params).length > 0) e.eventParams = params;
@@ -225,6 +231,9 @@ function filterSql([op, d, values]: Filter): string {
 }
 
 const r1 = (x: number): number => Math.round(x * 10) / 10;
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+/** revenue:EUR and revenue:USD in SQL: purchases by their currency upper-cased (GET /metrics's rules). */
+const REVENUE_SQL = ['EUR', 'USD'].map((c) => `COALESCE(SUM(CASE WHEN event = 'purchase' AND upper(p_currency) = '${c}' THEN CAST(p_value AS REAL) END), 0) rev_${c}`).join(', ');
 
 /** POST /query computed in SQL (counts) and the contract's formulas (rates). */
 function reference(question: Question): QueryAnswer {
@@ -232,11 +241,11 @@ function reference(question: Question): QueryAnswer {
   const run = (filters: Filter[], ds: Dimension[]) => {
     const cols = ds.map((d, i) => `${dimSql(d)} d${i}`);
     const where = [`e.day BETWEEN ${q(from)} AND ${q(to)}`, ...filters.map(filterSql), ...ds.map((d) => `${dimSql(d)} IS NOT NULL`)];
-    const sel = `SELECT e.seq, e.event, v.vkey, v.visitor, v.pvs, v.dur${cols.map((c) => `, ${c}`).join('')} FROM e JOIN vis v ON v.session = e.session AND v.day = e.day ${ds.includes('goal') ? 'JOIN gc ON gc.seq = e.seq' : ''} WHERE ${where.join(' AND ')}`;
+    const sel = `SELECT e.seq, e.event, e.p_value, e.p_currency, v.vkey, v.visitor, v.pvs, v.dur${cols.map((c) => `, ${c}`).join('')} FROM e JOIN vis v ON v.session = e.session AND v.day = e.day ${ds.includes('goal') ? 'JOIN gc ON gc.seq = e.seq' : ''} WHERE ${where.join(' AND ')}`;
     const keys = ds.map((_, i) => `d${i}`);
     const group = keys.length ? `GROUP BY ${keys.join(',')}` : '';
     const kSel = keys.map((k) => `${k}, `).join('');
-    const a = sql<Record<string, string | number>>(`WITH sel AS (${sel}) SELECT ${kSel}COUNT(DISTINCT visitor) visitors, COUNT(DISTINCT vkey) visits, COALESCE(SUM(event = 'page_view'), 0) pageviews, COUNT(*) events FROM sel ${group}`);
+    const a = sql<Record<string, string | number>>(`WITH sel AS (${sel}) SELECT ${kSel}COUNT(DISTINCT visitor) visitors, COUNT(DISTINCT vkey) visits, COALESCE(SUM(event = 'page_view'), 0) pageviews, COUNT(*) events, ${REVENUE_SQL} FROM sel ${group}`);
     const b = sql<Record<string, string | number>>(
       `WITH sel AS (${sel}) SELECT ${kSel}SUM(pvs = 1) bounces, SUM(pvs >= 1) withpv, SUM(pvs) pvsum, SUM(dur) dursum FROM (SELECT DISTINCT ${kSel}vkey, pvs, dur FROM sel) ${group}`,
     );
@@ -274,6 +283,8 @@ function reference(question: Question): QueryAnswer {
         return visits === 0 ? 0 : Math.round(Number(n.dursum) / visits / 1000);
       case 'conversionRate':
         return base === 0 ? 0 : r1((visitors / base) * 100);
+      default:
+        return r2(Number(n[`rev_${m.slice('revenue:'.length)}`] ?? 0));
     }
   };
   const totalRow = run(question.filters, [])[0];
@@ -378,6 +389,12 @@ const FIXED: Array<Partial<Question>> = [
   { metrics: ['events', 'visits', 'visitors'], filters: [['is', 'event', ['page_view']], ['contains', 'page', ['/b']], ['is', 'prop:plan', ['pro', '']]] },
   { metrics: ['visitors'], dimensions: ['time:week', 'utmCampaign', 'os'] },
   { metrics: ['visitors', 'visits'], dimensions: ['time:month'], filters: [['is', 'entryPage', ['/']]] },
+  // revenue:<CUR>: by visit and event dimensions, under filters, by goal, and with three dimensions (a fourth inside)
+  { metrics: ['revenue:EUR', 'revenue:USD', 'events'] },
+  { metrics: ['visitors', 'revenue:EUR'], dimensions: ['source'], filters: [['is', 'country', ['de', 'US']]] },
+  { metrics: ['revenue:USD'], dimensions: ['time:day', 'page'] },
+  { metrics: ['revenue:EUR', 'conversionRate'], dimensions: ['goal', 'device'] },
+  { metrics: ['revenue:EUR', 'visits'], dimensions: ['time:week', 'browser', 'prop:plan'] },
 ];
 
 describe('column store answers POST /query as plain SQL does', () => {
@@ -447,7 +464,7 @@ describe('column store answers POST /query as plain SQL does', () => {
     );
     const arb = fc
       .record({
-        metrics: fc.subarray(['visitors', 'visits', 'pageviews', 'events', 'bounceRate', 'viewsPerVisit', 'visitDuration'] as Metric[], { minLength: 1 }),
+        metrics: fc.subarray(['visitors', 'visits', 'pageviews', 'events', 'bounceRate', 'viewsPerVisit', 'visitDuration', 'revenue:EUR'] as Metric[], { minLength: 1 }),
         dims: fc.uniqueArray(fc.constantFrom(...dimsPool), { maxLength: 3 }),
         filters: fc.array(filterArb, { maxLength: 3 }),
         range: fc.tuple(fc.nat(days.length - 1), fc.nat(days.length - 1)),

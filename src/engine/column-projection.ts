@@ -1,5 +1,6 @@
 import { encodeSegment } from '../core/columns/codec.ts';
-import { baseQuestion, FunnelRun, QueryRun } from '../core/columns/evaluate.ts';
+import { FunnelRun } from '../core/columns/evaluate.ts';
+import { QuestionRuns } from '../core/columns/question-runs.ts';
 import { mergeDaySteps, type DayTable } from '../core/columns/day-table.ts';
 import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segment.ts';
 import { eachDay, recentFrom, utcMidnight } from '../core/dates.ts';
@@ -410,14 +411,9 @@ export class ColumnProjection implements QueryEngine {
   }
 
   async query(projectId: string, timezone: string, goals: readonly Goal[], q: Question): Promise<QueryAnswer> {
-    const run = new QueryRun(timezone, goals, q);
-    const bq = baseQuestion(q);
-    const base = bq && new QueryRun(timezone, goals, bq);
-    await this.eachDay(projectId, q.from, q.to, (day, dt) => {
-      run.addDay(day, dt);
-      base?.addDay(day, dt);
-    });
-    return run.finish(base?.baseVisitors());
+    const runs = new QuestionRuns(timezone, goals, q);
+    await this.eachDay(projectId, q.from, q.to, (day, dt) => runs.addDay(day, dt));
+    return runs.finish();
   }
 
   async funnel(projectId: string, timezone: string, q: FunnelQuestion): Promise<FunnelStepAnswer[]> {

@@ -11,9 +11,10 @@
  * loops read typed arrays and allocate nothing; rows are counted in typed arrays indexed by row number.
  */
 
-import type { Dimension, Filter, FunnelQuestion, FunnelStepAnswer, Goal, Metric, Question, QueryAnswer, QueryRow, TimeDimension } from '../query/types.ts';
+import { isRevenueMetric, type Dimension, type Filter, type FunnelQuestion, type FunnelStepAnswer, type Goal, type Metric, type Question, type QueryAnswer, type QueryRow, type TimeDimension } from '../query/types.ts';
 import { PAGE_VIEW, visitLists, type DayTable, type VisitValueColumn } from './day-table.ts';
 import { Distinct, PairSet } from './distinct.ts';
+import { NO_FIGURES, type GroupFigures } from './revenue.ts';
 import type { Codes, ValueColumn } from './segment.ts';
 import { dayBucket, dayHours, rangeBuckets } from './time-buckets.ts';
 
@@ -411,7 +412,8 @@ export class QueryRun extends DayScan {
   /** one dimension: row number by question code; several: composite key → row number */
   private rowOf = new Int32Array(64);
   private readonly rowMap = new Map<number, number>();
-  private readonly pairKeys = new Map<number, number>();
+  /** several dimensions: per level, (id of the codes before, code) → id (revenue adds a fourth to three) */
+  private readonly levels: Array<Map<number, number>> = [];
   private stampSeq = 0;
   private readonly timeDim: TimeDimension | undefined;
   private readonly visitLevelOnly: boolean;
@@ -834,10 +836,16 @@ export class QueryRun extends DayScan {
       if (r === 0) this.rowOf[c] = r = this.rows.add([c]);
       return r;
     }
-    const pairKey = codes[0]! * CODE_BITS + codes[1]!;
-    let key = this.pairKeys.get(pairKey) ?? -1;
-    if (key < 0) this.pairKeys.set(pairKey, (key = this.pairKeys.size + 1));
-    if (nd === 3) key = key * CODE_BITS + codes[2]!;
+    // several: the codes before the last become one id, a level at a time (ids stay below CODE_BITS), then the last
+    let id = codes[0]!;
+    for (let d = 1; d < nd - 1; d++) {
+      const level = (this.levels[d - 1] ??= new Map());
+      const k = id * CODE_BITS + codes[d]!;
+      let next = level.get(k);
+      if (next === undefined) level.set(k, (next = level.size + 1));
+      id = next;
+    }
+    const key = id * CODE_BITS + codes[nd - 1]!;
     let r = this.rowMap.get(key);
     if (r === undefined) this.rowMap.set(key, (r = this.rows.add(codes.slice(0, nd))));
     return r;
@@ -870,20 +878,28 @@ export class QueryRun extends DayScan {
    * Visitors of each group and of the whole selection, from this run of the base question (baseQuestion: without goal
    * filters, its dimensions those of the question other than `goal`): conversionRate's denominators.
    */
-  baseVisitors(): BaseVisitors {
+  baseVisitors(): GroupFigures {
     const answer = this.finish();
     const byGroup = new Map(answer.results.map((r) => [JSON.stringify(r.dimensions), r.metrics[0]!]));
     return { total: answer.totals[0]!, group: (dims) => byGroup.get(JSON.stringify(dims)) ?? 0 };
   }
 
-  finish(base: BaseVisitors = NO_BASE): QueryAnswer {
+  /**
+   * The answer. `base`: conversionRate's denominators (baseVisitors of the base question's run); `revenue`: by
+   * currency, each row's `revenue:<CUR>` (revenue.ts, from runs of revenueQuestion over the same days).
+   */
+  finish(base: GroupFigures = NO_FIGURES, revenue: ReadonlyMap<string, GroupFigures> = new Map()): QueryAnswer {
     const metrics = this.q.metrics;
     const rows = this.rows;
     const visitors = new Map<number, number>();
     const goalAt = this.dims.indexOf('goal');
     const values = (r: number, dims?: readonly string[]): number[] => {
       const denominator = dims === undefined ? base.total : base.group(goalAt < 0 ? dims : dims.filter((_, i) => i !== goalAt));
-      return metrics.map((m) => metricOf(m, rows, r, denominator, visitors));
+      return metrics.map((m) => {
+        if (!isRevenueMetric(m)) return metricOf(m, rows, r, denominator, visitors);
+        const sums = revenue.get(m.slice('revenue:'.length)) ?? NO_FIGURES;
+        return dims === undefined ? sums.total : sums.group(dims);
+      });
     };
     const totals = values(0);
     if (this.dims.length === 0) return { results: [{ dimensions: [], metrics: totals }], totals, totalRows: 1 };
@@ -959,16 +975,10 @@ function metricOf(m: Metric, rows: Rows, r: number, baseVisitors: number, cache:
       return visits === 0 ? 0 : Math.round(rows.durationMs[r]! / visits / 1000);
     case 'conversionRate':
       return baseVisitors === 0 ? 0 : round1((visitors() / baseVisitors) * 100);
+    default:
+      return 0; // revenue:<CUR>: QueryRun.finish takes it from its own runs
   }
 }
-
-/** conversionRate's denominators: visitors of the whole selection, and of a row's group (its values of the dimensions other than `goal`). */
-export interface BaseVisitors {
-  total: number;
-  group(dims: readonly string[]): number;
-}
-
-const NO_BASE: BaseVisitors = { total: 0, group: () => 0 };
 
 /**
  * The question conversionRate divides by: the same selection without goal filters, by the question's dimensions

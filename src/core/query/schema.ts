@@ -3,6 +3,7 @@ import { MAX_EVENT_NAME, MAX_PARAM_KEY, MAX_PROJECT_ID, MAX_URL } from '../limit
 import { resolveRange, type RangeQuery } from '../metrics.ts';
 import {
   EVENT_DIMENSIONS,
+  isRevenueMetric,
   METRICS,
   OPERATORS,
   TIME_DIMENSIONS,
@@ -83,8 +84,10 @@ function dimensionProblem(d: unknown, allowTime: boolean): string {
 
 const MetricName = z
   .string()
-  .refine((m) => (METRICS as readonly string[]).includes(m), { error: (iss) => `unknown metric ${JSON.stringify(iss.input)}; metrics are ${list(METRICS)}` })
-  .meta({ description: `one of ${list(METRICS)}`, enum: [...METRICS] });
+  .refine((m) => (METRICS as readonly string[]).includes(m) || isRevenueMetric(m), {
+    error: (iss) => `unknown metric ${JSON.stringify(iss.input)}; metrics are ${list(METRICS)} and revenue:<CUR> (a currency code in upper case, e.g. revenue:EUR)`,
+  })
+  .meta({ description: `one of ${list(METRICS)}, or revenue:<CUR> (the sum of purchase values in that currency, e.g. revenue:EUR)`, examples: [...METRICS, 'revenue:EUR'] });
 
 const DimensionName = z
   .string()

@@ -5,7 +5,11 @@
  */
 
 export const METRICS = ['visitors', 'visits', 'pageviews', 'events', 'bounceRate', 'viewsPerVisit', 'visitDuration', 'conversionRate'] as const;
-export type Metric = (typeof METRICS)[number];
+/** `revenue:<CUR>`: the sum of `value` over the selected purchases in that currency (ISO 4217, upper case). */
+export type RevenueMetric = `revenue:${string}`;
+export type Metric = (typeof METRICS)[number] | RevenueMetric;
+export const REVENUE_METRIC = /^revenue:[A-Z]{3}$/;
+export const isRevenueMetric = (m: string): m is RevenueMetric => REVENUE_METRIC.test(m);
 
 /** Dimensions whose value belongs to the visit (taken from its first event, or its first / last page view). */
 export const VISIT_DIMENSIONS = ['source', 'utmMedium', 'utmCampaign', 'country', 'device', 'browser', 'os', 'entryPage', 'exitPage'] as const;
