@@ -103,7 +103,8 @@ test('a click on a page row shows the figures POST /query gives for that filter;
   await page.locator('.chip[data-dimension=page]').waitFor({ timeout: WAIT_MS });
   await shownFigures(page);
   const filters = [['is', 'page', ['/pricing']]];
-  assert.ok(asked(requests, before).every((b) => JSON.stringify(b.filters) === JSON.stringify(filters)), 'every question carries the filter');
+  // (the revenue card's purchases add `is event purchase` after the view's filters)
+  assert.ok(asked(requests, before).every((b) => JSON.stringify(b.filters.slice(0, filters.length)) === JSON.stringify(filters)), 'every question carries the filter');
   assert.equal(new URL(page.url()).searchParams.get('f.page'), '/pricing');
 
   const check = async () => {
@@ -141,6 +142,35 @@ test('a click on a page row shows the figures POST /query gives for that filter;
   await page.locator('.chip[data-dimension=country]').waitFor({ state: 'detached', timeout: WAIT_MS });
   for (const r of requests) assert.ok(!r.url().includes(site.keys.secret), `key in a URL: ${r.url()}`);
   assert.ok(!page.url().includes(site.keys.secret));
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test('the revenue card follows the filters: a filtered view shows what POST /query revenue:<CUR> answers', async () => {
+  const { page, context, problems } = await open();
+  const range = { from: day(NOW - 29 * DAY_MS), to: day(NOW) };
+  const card = async (filters: unknown[]): Promise<Array<[string, string]>> => {
+    const sums = await query({ ...range, metrics: ['revenue:USD', 'revenue:EUR'], filters });
+    const purchases = await query({ ...range, metrics: ['events'], dimensions: ['prop:currency'], filters: [...filters, ['is', 'event', ['purchase']]] });
+    const n = (c: string) => purchases.results.filter((r) => r.dimensions[0]!.toUpperCase() === c).reduce((a, r) => a + r.metrics[0]!, 0);
+    const want = [['USD', sums.totals[0]!, n('USD')], ['EUR', sums.totals[1]!, n('EUR')]].filter(([, , k]) => (k as number) > 0).sort((a, b) => (b[1] as number) - (a[1] as number));
+    return page.evaluate((w) => w.map(([c, total, k]) => [c as string, `${new Intl.NumberFormat(undefined, { style: 'currency', currency: c as string }).format(total as number)} · ${new Intl.NumberFormat().format(k as number)}`] as [string, string]), want);
+  };
+  const all = await card([]);
+  assert.ok(all.length === 2, `the seed has purchases in two currencies: ${JSON.stringify(all)}`);
+  assert.deepEqual(await rows(page, 'revenue'), all);
+  await page.getByRole('button', { name: 'Filter by country: Germany' }).click();
+  await page.locator('.chip[data-dimension=country]').waitFor({ timeout: WAIT_MS });
+  await shownFigures(page);
+  const filtered = await card([['is', 'country', ['DE']]]);
+  assert.notDeepEqual(filtered, all, 'the filter changes the revenue');
+  assert.deepEqual(await rows(page, 'revenue'), filtered);
+  // visitors right now cannot follow a filter, and says so while one is active
+  await page.locator('#live .value').waitFor({ timeout: WAIT_MS });
+  assert.equal(await page.locator('#live .all-traffic').isVisible(), true);
+  await page.getByRole('button', { name: 'Remove filter country DE' }).click();
+  await page.locator('.chip[data-dimension=country]').waitFor({ state: 'detached', timeout: WAIT_MS });
+  assert.equal(await page.locator('#live .all-traffic').isVisible(), false);
   assert.deepEqual(problems, []);
   await context.close();
 });
@@ -262,6 +292,7 @@ test('Download CSV holds the view\'s figures; every control is named in the acce
   for (const r of pages.results) assert.ok(csv.includes(`\r\npages,${r.dimensions[0]},pageviews,${r.metrics[0]}\r\n`), `CSV row for ${r.dimensions[0]}`);
   assert.match(csv, /^section,name,measure,value\r\n/);
   assert.match(csv, /filters,device is mobile/);
+  assert.match(csv, /\r\nrevenue,(USD|EUR),total,[\d.]+\r\nrevenue,\1,purchases,\d+\r\n/, 'the revenue card is in the CSV');
 
   // Every button, link, box and tab in the tree has a name (an unnamed one shows without quotes).
   const tree = await page.locator('body').ariaSnapshot();

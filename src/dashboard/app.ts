@@ -15,7 +15,7 @@ import { startLive, stopLive } from './live.ts';
 import { STORE_KEY, STORE_PROJECT } from './prefs.ts';
 import { type Range, rangeOf, todayIn } from './ranges.ts';
 import { reread, setView, view, type ViewFilter, withFilter } from './state.ts';
-import { cards, dailyTable, liveTile, noun, recent, tiles } from './view.ts';
+import { cards, dailyTable, liveTile, markFiltered, noun, recent, tiles } from './view.ts';
 
 /**
  * The dashboard: sign in with a key, pick a project (admin keys), a range and filters, show the figures for them
@@ -354,6 +354,8 @@ function render(f: Figures, today: string, range: Range): void {
 
   const onFilter = f.questions ? addFilter : undefined;
   const live = document.getElementById('live') ?? liveTile();
+  // realtime figures cannot follow filters: the tile says so while any is active
+  markFiltered(live, st.filters.length > 0);
   const chart = h('div', { class: 'chart', id: 'chart', role: 'img' });
   const noData = f.totals.pageviews === 0 && f.tables.get('events')?.length === 0 && st.filters.length === 0;
   const flat = f.series.pageviews.every((v) => v === 0) && f.series.visitors.every((v) => v === 0);

@@ -23,6 +23,10 @@ export function toCsv(f: Figures, filters: string): string {
   });
   for (const t of TABLES) for (const [k, n] of f.tables.get(t.id) ?? []) rows.push([t.id, k, t.metric, n]);
   for (const [key, values] of f.props) for (const [k, n] of values) rows.push([`prop:${key}`, k, 'events', n]);
+  for (const [currency, r] of Object.entries(f.revenue ?? {})) {
+    rows.push(['revenue', currency, 'total', r.total]);
+    rows.push(['revenue', currency, 'purchases', r.purchases]);
+  }
   for (const g of f.goals ?? []) {
     rows.push(['goals', g.name, 'visitors', g.visitors]);
     rows.push(['goals', g.name, 'conversionRate', g.conversionRate]);

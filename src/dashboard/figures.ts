@@ -227,6 +227,8 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   for (const t of TABLES) {
     if (filtered || !t.fromMetrics) job(tableOf(a, range, t.dimension, t.metric, filters).then((rows) => void out.tables.set(t.id, rows)));
   }
+  const currencies = Object.keys(out.revenue ?? {});
+  if (filtered && currencies.length > 0) job(revenueOf(a, range, currencies, filters).then((r) => void (out.revenue = r)));
   const keys = [...new Set([...out.props.keys(), ...w.props])];
   out.props = new Map(keys.map((k) => [k, []]));
   for (const k of keys) job(tableOf(a, range, `prop:${k}`, 'events', filters).then((rows) => void out.props.set(k, rows)));
@@ -240,6 +242,32 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   }
   await Promise.all(jobs);
   if (compareSeries && out.compare) out.compare.series = compareSeries;
+  return out;
+}
+
+/** Metrics a question takes at most: revenue of more currencies is asked in several. */
+const MAX_QUERY_METRICS = 10;
+
+/**
+ * Revenue under filters (POST /query's revenue:<CUR> for the currencies of the unfiltered range), with the filtered
+ * purchases by currency: the revenue card follows the filters as every other figure does.
+ */
+async function revenueOf(a: Asker, r: Range, currencies: string[], filters: ViewFilter[]): Promise<Metrics['revenue']> {
+  const purchases = unwrap(await ask(a, { ...r, metrics: ['events'], dimensions: ['prop:currency'], filters: [...asFilters(filters), ['is', 'event', ['purchase']]], limit: TABLE_LIMIT }));
+  const counts = new Map<string, number>();
+  for (const row of purchases.results) {
+    const c = row.dimensions[0]!.toUpperCase();
+    counts.set(c, (counts.get(c) ?? 0) + row.metrics[0]!);
+  }
+  const out: NonNullable<Metrics['revenue']> = {};
+  for (let i = 0; i < currencies.length; i += MAX_QUERY_METRICS) {
+    const chunk = currencies.slice(i, i + MAX_QUERY_METRICS);
+    const q = unwrap(await ask(a, { ...r, metrics: chunk.map((c) => `revenue:${c}`), filters: asFilters(filters) }));
+    chunk.forEach((c, j) => {
+      const purchases = counts.get(c) ?? 0;
+      if (purchases > 0) out[c] = { total: q.totals[j] ?? 0, purchases };
+    });
+  }
   return out;
 }
 

@@ -109,8 +109,14 @@ export function fillLive(el: HTMLElement, r: Realtime): void {
     h('span', { class: 'label' }, h('span', { class: 'dot', 'aria-hidden': 'true' }), 'Visitors now'),
     h('span', { class: 'live-row' }, h('span', { class: 'value' }, count(r.visitors)), spark),
     h('span', { class: 'sub' }, `${count(r.pageviews)} page views in 30 min`),
+    h('span', { class: 'sub all-traffic' }, 'All traffic: filters do not apply'),
   );
   el.hidden = false;
+}
+
+/** The live tile under filters: its figures are the whole site's, and it says so (CSS shows the note). */
+export function markFiltered(el: HTMLElement, filtered: boolean): void {
+  el.classList.toggle('filtered', filtered);
 }
 
 // ------------------------------------------------------------------ breakdown tables
