@@ -234,7 +234,7 @@ test('goals: a secret key adds and deletes them, the table equals POST /query, a
   await page.locator('.chip[data-dimension=goal]').waitFor({ timeout: WAIT_MS });
   await shownFigures(page);
   const t = await query({ ...range, metrics: ['visitors'], filters: [['is', 'goal', ['Signed up']]] });
-  assert.equal(await tile(page, 'users'), (await fmt(page, t.totals))[0]);
+  assert.equal(await tile(page, 'convertedVisitors'), (await fmt(page, t.totals))[0], 'a goal filter shows the goal\'s converted visitors');
 
   // Read-only: the same rows, no form, no delete buttons.
   const rk = (await api(service.url, `/projects/${site.project.id}/keys`, { key: site.keys.secret, body: { type: 'read' } })).body.key as string;
@@ -337,4 +337,31 @@ test('bugs: a custom event without a url shows no page; one property shows its k
   assert.match(await page.locator('#quota').innerText(), /5 of 5 events/);
   assert.deepEqual(problems, []);
   await context.close();
+});
+
+test('a goal filter turns the tiles into the goal\'s figures: converted visitors, conversions, conversion rate, revenue', async () => {
+  const made = await api(service.url, `/projects/${site.project.id}/goals`, { key: site.keys.secret, body: { name: 'Purchased', event: 'purchase' } });
+  assert.equal(made.status, 200, JSON.stringify(made.body));
+  try {
+    const { page, context, problems } = await open('/dashboard?f.goal=Purchased');
+    await page.locator('.tile[data-metric=conversions]').waitFor({ timeout: WAIT_MS });
+    const range = { from: day(NOW - 29 * DAY_MS), to: day(NOW) };
+    const filters = [['is', 'goal', ['Purchased']]];
+    const g = await query({ ...range, metrics: ['visitors', 'events', 'conversionRate', 'revenue:USD', 'revenue:EUR'], filters });
+    assert.ok(g.totals[1]! > 0, 'the seed has purchases');
+    const [visitors, conversions] = await fmt(page, [g.totals[0]!, g.totals[1]!]);
+    assert.equal(await tile(page, 'convertedVisitors'), visitors);
+    assert.equal(await tile(page, 'conversions'), conversions);
+    assert.equal(await tile(page, 'conversionRate'), `${g.totals[2]!.toFixed(1)}%`);
+    const money = await page.evaluate((t) => [new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD' }).format(t[0]!), new Intl.NumberFormat(undefined, { style: 'currency', currency: 'EUR' }).format(t[1]!)], [g.totals[3]!, g.totals[4]!]);
+    assert.equal(await tile(page, 'revenue-USD'), money[0]);
+    assert.equal(await tile(page, 'revenue-EUR'), money[1]);
+    assert.equal(await page.locator('.tile[data-metric=pageviews]').count(), 0, 'no page views tile under a goal filter');
+    assert.match(await page.locator('#chart-h').innerText(), /^Conversions and visitors per day/);
+    assert.equal(await page.locator('.legend [data-series="0"] b').innerText(), conversions);
+    assert.deepEqual(problems, []);
+    await context.close();
+  } finally {
+    await api(service.url, `/projects/${site.project.id}/goals/${made.body.goal.id}`, { method: 'DELETE', key: site.keys.secret });
+  }
 });

@@ -3,7 +3,7 @@
 import './style.css';
 import 'uplot/dist/uPlot.min.css';
 import { describe, get, listProjects, type Metrics, type Project, type Refusal } from './api.ts';
-import { destroyChart, drawChart } from './chart.ts';
+import { destroyChart, drawChart, firstLine } from './chart.ts';
 import { controls } from './controls.ts';
 import { download, toCsv } from './csv.ts';
 import { byId, h } from './dom.ts';
@@ -373,8 +373,8 @@ function render(f: Figures, today: string, range: Range): void {
     h(
       'section',
       { class: 'card chart-card', 'aria-labelledby': 'chart-h' },
-      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, `Page views and visitors per ${per}`)),
-      flat ? h('p', { class: 'empty' }, 'No page views in this range yet.') : chart,
+      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, `${firstLine(f)} and visitors per ${per}`)),
+      flat ? h('p', { class: 'empty' }, `No ${firstLine(f).toLowerCase()} in this range yet.`) : chart,
       flat ? null : dailyTable(f),
     ),
     grid,

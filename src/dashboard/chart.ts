@@ -30,7 +30,7 @@ function cssVar(name: string): string {
  */
 function legend(f: Figures, colors: string[]): { el: HTMLElement; show(i: number | null | undefined): void } {
   const s = f.series;
-  const labels = ['Page views', 'Visitors', comparedWith(f)];
+  const labels = [firstLine(f), 'Visitors', comparedWith(f)];
   const values = labels.map(() => h('b'));
   const when = h('span', { class: 'when' });
   const items = labels.slice(0, f.compare ? 3 : 2).map((label, i) => {
@@ -43,9 +43,9 @@ function legend(f: Figures, colors: string[]): { el: HTMLElement; show(i: number
     const key = i == null ? undefined : s.keys[i];
     if (key === undefined) {
       when.textContent = rangeLabel(f.from, f.to);
-      values[0]!.textContent = count(f.totals.pageviews);
-      values[1]!.textContent = count(f.totals.visitors);
-      values[2]!.textContent = f.compare ? count(f.compare.totals.pageviews) : '';
+      values[0]!.textContent = count(s.conversions ? (f.goal?.conversions ?? 0) : f.totals.pageviews);
+      values[1]!.textContent = count(s.conversions ? (f.goal?.visitors ?? 0) : f.totals.visitors);
+      values[2]!.textContent = f.compare ? count(s.conversions ? (f.compare.goal?.conversions ?? 0) : f.compare.totals.pageviews) : '';
       return;
     }
     when.textContent = bucketLabel(key, s.unit, true);
@@ -57,6 +57,11 @@ function legend(f: Figures, colors: string[]): { el: HTMLElement; show(i: number
   };
   show(null);
   return { el, show };
+}
+
+/** The chart's first line: page views, or a goal filter's conversions. */
+export function firstLine(f: Pick<Figures, 'series'>): string {
+  return f.series.conversions ? 'Conversions' : 'Page views';
 }
 
 export function drawChart(host: HTMLElement, f: Figures): void {
@@ -89,7 +94,7 @@ export function drawChart(host: HTMLElement, f: Figures): void {
     scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(4, max * 1.1)] } },
     series: [
       {},
-      { label: 'Page views', stroke: accent, width: 2, fill: `${accent}22`, points: { show: xs.length <= 2 } },
+      { label: firstLine(f), stroke: accent, width: 2, fill: `${accent}22`, points: { show: xs.length <= 2 } },
       { label: 'Visitors', stroke: second, width: 2, points: { show: xs.length <= 2 } },
       ...(previous ? [{ label: comparedWith(f), stroke: muted, width: 1.5, dash: [5, 4], points: { show: false } }] : []),
     ],
@@ -119,5 +124,7 @@ function summary(s: Series, f: Figures): string {
   let peak = 0;
   s.pageviews.forEach((v, i) => (v > (s.pageviews[peak] ?? 0) ? (peak = i) : 0));
   const busiest = s.keys[peak] === undefined ? '' : `, the busiest ${s.unit} ${bucketLabel(s.keys[peak]!, s.unit, true)} with ${count(s.pageviews[peak]!)}`;
-  return `Chart of page views and visitors per ${s.unit} for ${rangeLabel(f.from, f.to)}: ${count(f.totals.pageviews)} page views in all${busiest}.`;
+  const what = firstLine(f).toLowerCase();
+  const total = s.conversions ? (f.goal?.conversions ?? 0) : f.totals.pageviews;
+  return `Chart of ${what} and visitors per ${s.unit} for ${rangeLabel(f.from, f.to)}: ${count(total)} ${what} in all${busiest}.`;
 }

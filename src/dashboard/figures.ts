@@ -24,12 +24,23 @@ export interface Totals {
   visitDuration?: number;
 }
 
+/** A goal filter's headline: the goal's figures instead of the traffic's (CONTRACT: the dashboard's goal view). */
+export interface GoalTotals {
+  /** visitors who completed the goal */
+  visitors: number;
+  /** events that completed it */
+  conversions: number;
+  conversionRate: number;
+}
+
 export interface Series {
   unit: Unit;
   /** bucket keys as the service names them: YYYY-MM-DDTHH, YYYY-MM-DD (days and ISO weeks' Mondays), YYYY-MM */
   keys: string[];
+  /** page views by bucket; under a goal filter, the goal's conversions (`conversions` is then true) */
   pageviews: number[];
   visitors: number[];
+  conversions?: boolean;
 }
 
 export type Row = [value: string, figure: number];
@@ -74,7 +85,9 @@ export interface Figures {
   to: string;
   timezone: string;
   totals: Totals;
-  compare?: { from: string; to: string; totals: Totals; series: Series };
+  compare?: { from: string; to: string; totals: Totals; series: Series; goal?: GoalTotals };
+  /** set under a goal filter: the tiles show the goal's figures */
+  goal?: GoalTotals;
   series: Series;
   tables: Map<string, Row[]>;
   /** property key → values by events */
@@ -154,8 +167,10 @@ function totalsOf(names: readonly string[], values: number[]): Totals {
 }
 
 async function seriesOf(a: Asker, r: Range, unit: Unit, filters: ViewFilter[]): Promise<Series> {
-  const q = unwrap(await ask(a, { ...r, metrics: ['pageviews', 'visitors'], dimensions: [`time:${unit}`], filters: asFilters(filters), limit: SERIES_LIMIT }));
-  return { unit, keys: q.results.map((x) => x.dimensions[0]!), pageviews: q.results.map((x) => x.metrics[0]!), visitors: q.results.map((x) => x.metrics[1]!) };
+  // under a goal filter the first line is the goal's conversions (its events), not page views
+  const conversions = filters.some((f) => f.dimension === 'goal');
+  const q = unwrap(await ask(a, { ...r, metrics: [conversions ? 'events' : 'pageviews', 'visitors'], dimensions: [`time:${unit}`], filters: asFilters(filters), limit: SERIES_LIMIT }));
+  return { unit, keys: q.results.map((x) => x.dimensions[0]!), pageviews: q.results.map((x) => x.metrics[0]!), visitors: q.results.map((x) => x.metrics[1]!), ...(conversions ? { conversions } : {}) };
 }
 
 async function tableOf(a: Asker, r: Range, dimension: string, metric: string, filters: ViewFilter[]): Promise<Row[]> {
@@ -213,12 +228,17 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   let compareSeries: Series | undefined;
   const job = (p: Promise<void>) => jobs.push(p);
   job(headline(a, range, filters).then((t) => void (out.totals = filtered ? t : { ...out.totals, viewsPerVisit: t.viewsPerVisit, visitDuration: t.visitDuration })));
+  let compareGoal: GoalTotals | undefined;
   if (cmp) {
     job(headline(a, cmp, filters).then((t) => {
       const before = out.compare;
       const totals = filtered || !before ? t : { ...before.totals, viewsPerVisit: t.viewsPerVisit, visitDuration: t.visitDuration };
       out.compare = { from: cmp.from, to: cmp.to, totals, series: before?.series ?? { unit, keys: [], pageviews: [], visitors: [] } };
     }));
+  }
+  if (filtered && filters.some((f) => f.dimension === 'goal')) {
+    job(goalTotals(a, range, filters).then((g) => void (out.goal = g)));
+    if (cmp) job(goalTotals(a, cmp, filters).then((g) => void (compareGoal = g)));
   }
   if (filtered || unit !== 'day') {
     job(seriesOf(a, range, unit, filters).then((s) => void (out.series = s)));
@@ -242,7 +262,14 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   }
   await Promise.all(jobs);
   if (compareSeries && out.compare) out.compare.series = compareSeries;
+  if (compareGoal && out.compare) out.compare.goal = compareGoal;
   return out;
+}
+
+/** Under a goal filter: the goal's converted visitors, conversions and conversion rate. */
+async function goalTotals(a: Asker, r: Range, filters: ViewFilter[]): Promise<GoalTotals> {
+  const q = unwrap(await ask(a, { ...r, metrics: ['visitors', 'events', 'conversionRate'], filters: asFilters(filters) }));
+  return { visitors: q.totals[0] ?? 0, conversions: q.totals[1] ?? 0, conversionRate: q.totals[2] ?? 0 };
 }
 
 /** Metrics a question takes at most: revenue of more currencies is asked in several. */

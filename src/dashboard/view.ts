@@ -1,6 +1,6 @@
 import type { Realtime } from './api.ts';
 import { type Child, h, uid } from './dom.ts';
-import { type Figures, type Row, TABLES, type Unit } from './figures.ts';
+import { type Figures, type GoalTotals, type Row, TABLES, type Unit } from './figures.ts';
 import { daysBetween } from './ranges.ts';
 import { ago, bucketLabel, capitalize, count, country, decimal, duration, hostOf, money, pathOf, share, timeIn } from './format.ts';
 
@@ -40,13 +40,26 @@ const TILES: TileSpec[] = [
   { metric: 'visitDuration', id: 'visitDuration', label: 'Visit duration', format: duration },
 ];
 
+type GoalMetric = keyof GoalTotals;
+/** Under a goal filter: the goal's figures (as Plausible shows a goal's view). */
+const GOAL_TILES: Array<Omit<TileSpec, 'metric'> & { metric: GoalMetric }> = [
+  { metric: 'visitors', id: 'convertedVisitors', label: 'Converted visitors', format: count },
+  { metric: 'conversions', id: 'conversions', label: 'Conversions', format: count },
+  { metric: 'conversionRate', id: 'conversionRate', label: 'Conversion rate', format: rate, points: true },
+];
+
 export function tiles(f: Figures, live: HTMLElement): HTMLElement {
-  return h('ul', { class: 'tiles', 'aria-label': 'Totals for the range' }, ...TILES.filter((t) => f.totals[t.metric] !== undefined).map((t) => tile(t, f)), live);
+  const goal = f.goal;
+  const shown = goal
+    ? [
+        ...GOAL_TILES.map((t) => tile(t, f, goal[t.metric], f.compare?.goal?.[t.metric])),
+        ...Object.entries(f.revenue ?? {}).map(([c, r]) => tile({ id: `revenue-${c}`, label: `Revenue (${c})`, format: (n) => money(n, c) }, f, r.total, undefined)),
+      ]
+    : TILES.filter((t) => f.totals[t.metric] !== undefined).map((t) => tile(t, f, f.totals[t.metric]!, f.compare?.totals[t.metric]));
+  return h('ul', { class: 'tiles', 'aria-label': goal ? 'The goal\'s figures for the range' : 'Totals for the range' }, ...shown, live);
 }
 
-function tile(t: TileSpec, f: Figures): HTMLElement {
-  const now = f.totals[t.metric]!;
-  const before = f.compare?.totals[t.metric];
+function tile(t: Omit<TileSpec, 'metric'>, f: Figures, now: number, before: number | undefined): HTMLElement {
   return h(
     'li',
     { class: 'tile', 'data-metric': t.id },
@@ -61,7 +74,7 @@ export function comparedWith(f: Pick<Figures, 'from' | 'compare'>): string {
   return f.compare && f.compare.to < f.from && daysBetween(f.compare.to, f.from) === 2 ? 'Previous period' : 'A year earlier';
 }
 
-function change(t: TileSpec, a: number, b: number, against: string): HTMLElement {
+function change(t: Omit<TileSpec, 'metric'>, a: number, b: number, against: string): HTMLElement {
   const previous = t.format(b);
   let text: string;
   let spoken: string;
@@ -297,7 +310,7 @@ export function dailyTable(f: Figures): HTMLElement {
       h(
         'table',
         { 'data-table': 'daily', 'data-unit': s.unit },
-        h('thead', {}, h('tr', {}, ...[UNIT_HEAD[s.unit], 'Visitors', 'Page views'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : undefined }, c)))),
+        h('thead', {}, h('tr', {}, ...[UNIT_HEAD[s.unit], 'Visitors', s.conversions ? 'Conversions' : 'Page views'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : undefined }, c)))),
         h('tbody', {}, ...s.keys.map((k, i) => h('tr', {}, h('th', { scope: 'row' }, bucketLabel(k, s.unit, true)), h('td', { class: 'num' }, count(s.visitors[i]!)), h('td', { class: 'num' }, count(s.pageviews[i]!))))),
       ),
     ),
