@@ -21,8 +21,8 @@ after(() => svc.destroy());
 
 const ask = (key: string | undefined, body: unknown, route = '/query') => api(svc.url, route, key === undefined ? { method: 'POST', body } : { key, body });
 
-/** A question the service can only refuse (range over 366 days), so gates are judged without the column store. */
-const REFUSED_RANGE = { metrics: ['visits'], from: '2024-01-01', to: '2026-01-01' };
+/** A question the service can only refuse (range over ten years), so gates are judged without the column store. */
+const REFUSED_RANGE = { metrics: ['visits'], from: '2010-01-01', to: '2026-01-01' };
 
 describe('POST /query: who may ask', () => {
   test('no key 401; pk_ 403; another project\'s sk_ 403; ak_ without projectId 400, with an unknown one 404', async () => {
@@ -41,7 +41,7 @@ describe('POST /query: who may ask', () => {
     for (const [key, extra] of [[p.keys.secret, {}], [readKey, {}], [svc.adminKey, { projectId: p.project.id }], [readKey, { projectId: p.project.id }]] as const) {
       const r = await ask(key, { ...REFUSED_RANGE, ...extra });
       assertError(r, 400, 'invalid_request');
-      assert.match(r.body.error.message, /366/);
+      assert.match(r.body.error.message, /3653/);
       assertRateHeaders(r);
     }
   });
@@ -88,6 +88,15 @@ describe('POST /query: bad bodies are 400 invalid_request naming the culprit', (
     const missing = await ask(p.keys.secret, { steps: [{ page: '/' }, 'No such goal'] }, '/query/funnel');
     assertError(missing, 400, 'invalid_request');
     assert.match(missing.body.error.message, /No such goal/);
+  });
+
+  test('a question covers up to ten years ("all time"), by time:hour at most 31 days', async () => {
+    const years = await ask(p.keys.secret, { metrics: ['visits'], dimensions: ['time:month'], from: '2016-12-01', to: '2026-11-29', limit: 200 });
+    assert.equal(years.status, 200, JSON.stringify(years.body));
+    assert.equal(years.body.results.length, 120, 'every month of ten years is a row');
+    const hours = await ask(p.keys.secret, { metrics: ['visits'], dimensions: ['time:hour'], from: '2026-10-01', to: '2026-11-29' });
+    assertError(hours, 400, 'invalid_request');
+    assert.match(hours.body.error.message, /time:hour covers at most 31 days/);
   });
 
   test('a goal filter naming no goal of the project is refused as the funnel refuses it, not answered with zeros', async () => {

@@ -128,8 +128,8 @@ export function eachDay(from: string, to: string, maxDays: number = MAX_DAYS_PER
   return out;
 }
 
-/** No caller loops over more days than this (the longest metrics range is 366; a compare doubles it, with slack). */
-const MAX_DAYS_PER_LOOP = 1000;
+/** No caller loops over more days than this (the longest question range is 3,653 days, ten years; with slack). */
+const MAX_DAYS_PER_LOOP = 4000;
 
 /** The month utcMonthOf computed last, as [start, end) in ms: the reducer asks once per event, almost always the same month. */
 let monthStart = 0;

@@ -83,6 +83,10 @@ export const RECENT_RING_SIZE = 1000;
 export const RECENT_RETURNED = 50;
 /** CONTRACT: longest metrics range, inclusive. */
 export const MAX_RANGE_DAYS = 366;
+/** CONTRACT: longest question range (POST /query, funnels): ten years, the dashboard's "All time". */
+export const MAX_QUESTION_DAYS = 3653;
+/** CONTRACT: longest range a question may ask by `time:hour` (744 rows at most). */
+export const MAX_HOUR_DAYS = 31;
 /** CONTRACT: the earliest date a metrics read may name; no analytics predates it, and it keeps day loops finite. */
 export const MIN_QUERY_DATE = '2000-01-01';
 /** CONTRACT: the latest; far enough for any real range, far from year 9999, where the day after no longer sorts after it. */

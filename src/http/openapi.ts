@@ -260,7 +260,7 @@ export function openApiDocument(version: string): Json {
       '/query': {
         post: {
           operationId: 'query',
-          summary: 'Ask a question: up to 10 metrics by up to 3 dimensions (hours, pages, sources, goals, any eventParams key...) with filters, over ≤ 366 days',
+          summary: 'Ask a question: up to 10 metrics by up to 3 dimensions (hours, pages, sources, goals, any eventParams key...) with filters, over ≤ 3,653 days (ten years)',
           security: secured,
           requestBody: body('Query', { from: '2026-11-01', to: '2026-11-30', metrics: ['visitors', 'bounceRate'], dimensions: ['page'], filters: [['is', 'country', ['DE']]] }),
           responses: { '200': json(ref('QueryAnswer'), 'rows (paged by limit and offset), totals and the number of rows'), ...errors(400, 401, 403, 404, 413, 415, 429) },

@@ -87,7 +87,7 @@ export const TOOLS: readonly ToolDefinition[] = [
       'events, bounceRate, viewsPerVisit, visitDuration, conversionRate), `dimensions` (0-3 of source, utmMedium, utmCampaign, ' +
       'country, device, browser, os, entryPage, exitPage, page, event, goal, prop:<eventParams key>, and one of time:hour, ' +
       'time:day, time:week, time:month), `filters` ([operator, dimension, [values]] with is, isNot, contains, notContains), ' +
-      '`orderBy`, `limit`, `offset`, and the range as `date` or `from`/`to` (YYYY-MM-DD, ≤ 366 days). conversionRate needs a ' +
+      '`orderBy`, `limit`, `offset`, and the range as `date` or `from`/`to` (YYYY-MM-DD, ≤ 3,653 days; time:hour ≤ 31). conversionRate needs a ' +
       'goal dimension or goal filter (a row\'s converted visitors ÷ the visitors of its group without goal filters). Answers rows of dimension values and metric values, totals and totalRows. Admin keys ' +
       'name the project with `projectId`.',
     input: QueryBodySchema,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { MAX_EVENT_NAME, MAX_PARAM_KEY, MAX_PROJECT_ID, MAX_URL } from '../limits.ts';
+import { MAX_EVENT_NAME, MAX_HOUR_DAYS, MAX_PARAM_KEY, MAX_PROJECT_ID, MAX_QUESTION_DAYS, MAX_URL } from '../limits.ts';
+import { daysBetween } from '../dates.ts';
 import { resolveRange, type RangeQuery } from '../metrics.ts';
 import {
   EVENT_DIMENSIONS,
@@ -117,7 +118,7 @@ const Filters = z.array(FilterSchema).max(MAX_QUERY_FILTERS, `at most ${MAX_QUER
 const RangeFields = {
   projectId: z.string().min(1).max(MAX_PROJECT_ID).optional().meta({ description: 'required for admin keys; else the key\'s project' }),
   date: z.string().optional().meta({ description: 'one day, YYYY-MM-DD, in the project\'s timezone' }),
-  from: z.string().optional().meta({ description: 'first day of an inclusive range (≤ 366 days), YYYY-MM-DD' }),
+  from: z.string().optional().meta({ description: 'first day of an inclusive range (≤ 3,653 days: ten years), YYYY-MM-DD' }),
   to: z.string().optional().meta({ description: 'last day of the range (defaults to today); needs `from`' }),
 };
 
@@ -340,8 +341,12 @@ export function parseGoalBody(body: unknown): Parsed<GoalInput> {
  * is no goal of the project is refused, naming it (as a funnel step is), not answered with zeros.
  */
 export function resolveQuestion(input: QueryInput, today: string, goals: readonly Goal[]): Parsed<Question> {
-  const range = resolveRange(input.range, today);
+  const range = resolveRange(input.range, today, MAX_QUESTION_DAYS);
   if (!range.ok) return { ok: false, message: range.message, details: [{ path: '', message: range.message }] };
+  if (input.question.dimensions.includes('time:hour') && daysBetween(range.from, range.to) > MAX_HOUR_DAYS) {
+    const message = `time:hour covers at most ${MAX_HOUR_DAYS} days (this range has ${daysBetween(range.from, range.to)}): ask time:day, time:week or time:month`;
+    return { ok: false, message, details: [{ path: 'dimensions', message }] };
+  }
   for (const [i, [, dim, values]] of input.question.filters.entries()) {
     if (dim !== 'goal') continue;
     const unknown = values.find((v) => !goals.some((g) => g.name === v));
@@ -354,7 +359,7 @@ export function resolveQuestion(input: QueryInput, today: string, goals: readonl
 
 /** Funnel steps resolved against the project's goals; a name that is no goal is refused, naming it. */
 export function resolveFunnel(input: FunnelInput, today: string, goals: readonly Goal[]): Parsed<FunnelQuestion> {
-  const range = resolveRange(input.range, today);
+  const range = resolveRange(input.range, today, MAX_QUESTION_DAYS);
   if (!range.ok) return { ok: false, message: range.message, details: [{ path: '', message: range.message }] };
   const steps: FunnelStep[] = [];
   for (const [i, s] of input.steps.entries()) {
