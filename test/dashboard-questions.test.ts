@@ -246,7 +246,11 @@ test('goals: a secret key adds and deletes them, the table equals POST /query, a
   await reader.context.close();
 
   // Delete one; it is gone from the API and the page.
+  // one press asks, a second deletes: a goal is never gone at one click
   await page.getByRole('button', { name: 'Delete goal Saw pricing' }).click();
+  await page.getByRole('button', { name: 'Confirm: delete goal Saw pricing' }).waitFor({ timeout: WAIT_MS });
+  assert.equal(await page.locator('table[data-table=goals] tr[data-key="Saw pricing"]').count(), 1, 'still there after one press');
+  await page.getByRole('button', { name: 'Confirm: delete goal Saw pricing' }).click();
   await page.locator('table[data-table=goals] tr[data-key="Saw pricing"]').waitFor({ state: 'detached', timeout: WAIT_MS });
   const after = await api(service.url, `/projects/${site.project.id}/goals`, { key: site.keys.secret });
   assert.deepEqual(after.body.goals.map((x: { name: string }) => x.name), ['Signed up']);

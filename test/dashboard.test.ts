@@ -182,8 +182,20 @@ test('screenshots at 1280×800 and 390×844 are written to docs/, and nothing ov
     await page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur());
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
     assert.equal(overflow, 0, `${name}: no horizontal scrolling`);
+    // what is wider than the screen scrolls in its own region, with a shadow cue and a keyboard stop: never cut silently
+    const wide = await page.evaluate(() =>
+      [...document.querySelectorAll<HTMLElement>('main *')]
+        .filter((el) => el.scrollWidth > el.clientWidth + 1 && ['auto', 'scroll'].includes(getComputedStyle(el).overflowX) && !el.closest('.sr-only'))
+        .map((el) => ({ what: el.getAttribute('aria-label') ?? el.getAttribute('aria-labelledby') ?? el.className, cue: getComputedStyle(el).backgroundImage.includes('radial-gradient'), focusable: el.tabIndex === 0 })),
+    );
+    for (const w of wide) assert.deepEqual(w, { ...w, cue: true, focusable: true }, `${name}: ${w.what} scrolls with a cue`);
+    if (width < 500) assert.ok(wide.length > 0, 'on a phone the recent events scroll (the check above ran)');
     await page.screenshot({ path: new URL(name, DOCS).pathname });
     if (process.env['FULLPAGE']) await page.screenshot({ path: `/tmp/full-${name}`, fullPage: true });
+    if (process.env['FULLPAGE'] && width < 500) {
+      await page.locator('table.recent').scrollIntoViewIfNeeded();
+      await page.screenshot({ path: `/tmp/recent-${name}` });
+    }
     assert.deepEqual(problems, []);
     await context.close();
   }
@@ -227,7 +239,7 @@ test('an admin key picks the project from a list; switching project refetches an
   await signIn(page, service.adminKey);
   await figuresOnScreen(page);
   const picker = page.getByLabel('Project');
-  assert.deepEqual(await picker.locator('option').allInnerTexts(), [`acme.example (${site.project.id})`, `docs.acme.example (${other.project.id})`]);
+  assert.deepEqual(await picker.locator('option').allInnerTexts(), ['acme.example', 'docs.acme.example'], 'projects by name (an id only where two share a name)');
   let asked = await lastMetrics(requests);
   assert.equal(asked.searchParams.get('projectId'), site.project.id);
   await assertShows(page, await metrics(service.adminKey, asked.searchParams.toString()));

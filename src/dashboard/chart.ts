@@ -2,7 +2,7 @@ import uPlot from 'uplot';
 import { h } from './dom.ts';
 import type { Figures, Series } from './figures.ts';
 import { bucketLabel, bucketTime, count, rangeLabel } from './format.ts';
-import { tickIndexes } from './ranges.ts';
+import { nowKey, tickIndexes } from './ranges.ts';
 import { comparedWith } from './view.ts';
 
 /**
@@ -12,6 +12,8 @@ import { comparedWith } from './view.ts';
  */
 
 const HEIGHT_PX = 240;
+/** Half of the widest x label ("Nov 2026", "Mon, Nov 23"): the last label is centred on the right edge. */
+const LAST_LABEL_PAD_PX = 32;
 /** Below this width the y axis gets less room and the legend wraps. */
 const NARROW_PX = 560;
 /** Room one x label needs, so labels never overlap. */
@@ -70,7 +72,10 @@ export function drawChart(host: HTMLElement, f: Figures): void {
   const s = f.series;
   const xs = s.keys.map((k) => bucketTime(k) / 1000);
   const previous = f.compare?.series;
-  const data: uPlot.AlignedData = [xs, s.pageviews, s.visitors, ...(previous ? [s.keys.map((_, i) => previous.pageviews[i] ?? null)] : [])];
+  // nothing is drawn after now: the rest of today's hours are not zeros yet
+  const last = nowKey(s.unit, f.timezone);
+  const upToNow = (values: number[]) => values.map((v, i) => (last !== undefined && s.keys[i]! > last ? null : v));
+  const data: uPlot.AlignedData = [xs, upToNow(s.pageviews), upToNow(s.visitors), ...(previous ? [s.keys.map((_, i) => previous.pageviews[i] ?? null)] : [])];
   const accent = cssVar('--accent');
   const second = cssVar('--accent-2');
   const muted = cssVar('--muted');
@@ -86,6 +91,8 @@ export function drawChart(host: HTMLElement, f: Figures): void {
   const opts: uPlot.Options = {
     width,
     height: HEIGHT_PX,
+    // room on the right for the last x label, centred on the last bucket ("Nov 2026" was cut to "Nov 202")
+    padding: [12, LAST_LABEL_PAD_PX, 0, 0],
     // Buckets are wall-clock times in the project's timezone written as UTC: show them as such, whatever the browser's zone.
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
     cursor: { points: { size: 7 }, drag: { x: false, y: false } },

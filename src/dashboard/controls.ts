@@ -31,7 +31,11 @@ export function controls(s: ControlsFor, compareOffered: boolean, on: ControlHan
   const field = (label: string, control: HTMLElement) => h('label', { class: 'field' }, h('span', { class: 'sr-only' }, label), control);
   if (s.admin && s.projects) {
     const projects = s.projects;
-    const select = h('select', { id: 'project', 'aria-label': 'Project' }, ...projects.map((p) => h('option', { value: p.id, selected: p.id === s.projectId }, `${p.name} (${p.id})`)));
+    // by name; the id only tells apart projects that share one
+    const named = new Map<string, number>();
+    for (const p of projects) named.set(p.name, (named.get(p.name) ?? 0) + 1);
+    const label = (p: Project) => (named.get(p.name)! > 1 ? `${p.name} (${p.id})` : p.name);
+    const select = h('select', { id: 'project', 'aria-label': 'Project' }, ...projects.map((p) => h('option', { value: p.id, selected: p.id === s.projectId }, label(p))));
     select.addEventListener('change', () => {
       document.getElementById('share')?.remove(); // made for the other project
       document.getElementById('share-toggle')?.setAttribute('aria-expanded', 'false');

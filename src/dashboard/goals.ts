@@ -40,13 +40,11 @@ export function goalsCard(goals: GoalRow[], c: GoalsContext): HTMLElement {
                 : h('span', { class: 'name' }, g.name);
               const remove =
                 c.canEdit && id
-                  ? h('td', {}, h('button', {
-                      type: 'button', class: 'quiet small', 'aria-label': `Delete goal ${g.name}`, onclick: async () => {
-                        const r = await del(`projects/${encodeURIComponent(c.projectId)}/goals/${encodeURIComponent(id)}`, c.key);
-                        if (r.ok) c.changed();
-                        else message.textContent = `The goal was not deleted: ${r.message}`;
-                      },
-                    }, '✕'))
+                  ? h('td', {}, confirmButton(`Delete goal ${g.name}`, async () => {
+                      const r = await del(`projects/${encodeURIComponent(c.projectId)}/goals/${encodeURIComponent(id)}`, c.key);
+                      if (r.ok) c.changed();
+                      else message.textContent = `The goal was not deleted: ${r.message}`;
+                    }))
                   : c.canEdit ? h('td') : null;
               return h('tr', { 'data-key': g.name }, h('th', { scope: 'row' }, name), h('td', { class: 'num' }, count(g.visitors)), h('td', { class: 'num' }, `${g.conversionRate.toFixed(1)}%`), remove);
             }),
@@ -56,6 +54,35 @@ export function goalsCard(goals: GoalRow[], c: GoalsContext): HTMLElement {
   if (c.canEdit) section.append(goalForm(c, message));
   section.append(message);
   return section;
+}
+
+/** How long a delete button waits for its confirming second press before it turns back. */
+const CONFIRM_MS = 5000;
+
+/** A delete button that asks first: the first press turns it into "Delete?", a second within CONFIRM_MS does it. */
+function confirmButton(label: string, act: () => Promise<void>): HTMLElement {
+  let armed: ReturnType<typeof setTimeout> | undefined;
+  const b = h('button', { type: 'button', class: 'quiet small', 'aria-label': label }, '✕');
+  const disarm = () => {
+    clearTimeout(armed);
+    armed = undefined;
+    b.textContent = '✕';
+    b.setAttribute('aria-label', label);
+    b.classList.remove('armed');
+  };
+  b.addEventListener('click', () => {
+    if (armed === undefined) {
+      b.textContent = 'Delete?';
+      b.setAttribute('aria-label', `Confirm: ${label.charAt(0).toLowerCase()}${label.slice(1)}`);
+      b.classList.add('armed');
+      armed = setTimeout(disarm, CONFIRM_MS);
+      return;
+    }
+    disarm();
+    void act();
+  });
+  b.addEventListener('blur', () => armed !== undefined && disarm());
+  return b;
 }
 
 function goalForm(c: GoalsContext, message: HTMLElement): HTMLElement {

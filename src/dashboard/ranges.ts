@@ -58,6 +58,17 @@ export function todayIn(timeZone: string, now: number = Date.now()): string | un
   }
 }
 
+/** The bucket key of `now` in `timeZone` for a chart unit (YYYY-MM-DDTHH, YYYY-MM-DD, the week's Monday, YYYY-MM). */
+export function nowKey(unit: 'hour' | 'day' | 'week' | 'month', timeZone: string, now: number = Date.now()): string | undefined {
+  const today = todayIn(timeZone, now);
+  if (today === undefined) return undefined;
+  if (unit === 'day') return today;
+  if (unit === 'month') return today.slice(0, 7);
+  if (unit === 'week') return addDays(today, -((new Date(parseDay(today)).getUTCDay() + 6) % 7));
+  const hour = new Intl.DateTimeFormat('en-US', { timeZone, hour: '2-digit', hourCycle: 'h23' }).format(now);
+  return `${today}T${hour.padStart(2, '0')}`;
+}
+
 export function rangeOf(preset: Exclude<Preset, 'custom'>, today: string): Range {
   const y = Number(today.slice(0, 4));
   const m = Number(today.slice(5, 7)) - 1;
