@@ -369,3 +369,29 @@ test('a goal filter turns the tiles into the goal\'s figures: converted visitors
     await api(service.url, `/projects/${site.project.id}/goals/${made.body.goal.id}`, { method: 'DELETE', key: site.keys.secret });
   }
 });
+
+test('"All time" starts at the project\'s first day of an imported two-year history, charts months, and every tile equals POST /query', async () => {
+  const old = await createProject(service.url, service.adminKey, { name: 'two-years.example' });
+  const first = NOW - 730 * DAY_MS + 3 * 3_600_000;
+  const history = Array.from({ length: 146 }, (_, i) => ({
+    event: 'page_view', url: `https://two-years.example/p${i % 4}`, sessionId: `h${Math.floor(i / 2)}`, timestamp: first + i * 5 * DAY_MS + (i % 2) * 60_000,
+  }));
+  const imported = await api(service.url, `/projects/${old.project.id}/history`, { key: old.keys.secret, body: history });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  const { page, context, problems } = await open('/dashboard?range=all', old.keys.secret);
+  await page.locator('#chart[data-unit=month]').waitFor({ timeout: WAIT_MS });
+  const range = { from: day(first), to: day(NOW) };
+  assert.match(await page.locator('#loading').innerText(), /Showing/);
+  assert.equal(await page.getByLabel('Date range').inputValue(), 'all');
+  const t = await query({ ...range, metrics: ['visitors', 'visits', 'pageviews'] }, old.keys.secret);
+  assert.equal(t.totals[2], 146);
+  assert.deepEqual([await tile(page, 'users'), await tile(page, 'sessions'), await tile(page, 'pageviews')], await fmt(page, t.totals));
+  const months = await query({ ...range, metrics: ['pageviews'], dimensions: ['time:month'], limit: 100 }, old.keys.secret);
+  assert.equal(await page.locator('table[data-table=daily] tbody tr').count(), months.results.length, 'one row a month, from the first');
+  assert.equal(months.results[0]!.dimensions[0], range.from.slice(0, 7));
+  const pages = await query({ ...range, metrics: ['pageviews'], dimensions: ['page'], limit: 200 }, old.keys.secret);
+  assert.deepEqual(await rows(page, 'pages'), await expected(page, pages));
+  assert.equal(await page.locator('.change').count(), 0, 'all time compares with nothing');
+  assert.deepEqual(problems, []);
+  await context.close();
+});

@@ -258,7 +258,7 @@ async function load(projectChanged = false): Promise<void> {
   const range: Range = st.preset !== 'custom' ? rangeOf(st.preset, today) : { from: st.from!, to: st.to! };
   let f: Figures;
   try {
-    f = await figures(asker(s), { range, compare: compareSupported ? st.compare : 'off', filters: st.filters, props: st.props, goalsOf: s.projectId }, questionsSupported);
+    f = await figures(asker(s), { range, compare: compareSupported ? st.compare : 'off', filters: st.filters, props: st.props, goalsOf: s.projectId, allTime: st.preset === 'all' }, questionsSupported);
   } catch (e) {
     if (!(e instanceof Asked)) throw e;
     if (seq !== loadSeq || session !== s) return;
@@ -279,7 +279,7 @@ async function load(projectChanged = false): Promise<void> {
   document.getElementById('main')?.removeAttribute('aria-busy');
   clearProblem();
   if (projectChanged) document.getElementById('live')?.remove(); // another project's visitors must not linger
-  render(f, today, range);
+  render(f, today, { from: f.from, to: f.to });
   byId('loading').textContent = `Showing ${rangeLabel(f.from, f.to)}${st.filters.length ? `, filtered by ${st.filters.map(said).join(' and ')}` : ''}.`;
   if (projectChanged) startLive(() => session && { key: session.key, projectId: session.admin ? session.projectId : undefined });
 }

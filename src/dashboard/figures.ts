@@ -1,7 +1,7 @@
 import { type Answer, get, type Metrics, post, type Refusal } from './api.ts';
 import type { RecentEvent } from '../core/types.ts';
 import { type CompareMode } from './prefs.ts';
-import { addDays, daysBetween, type Range } from './ranges.ts';
+import { addDays, daysBetween, MAX_RANGE_DAYS, type Range } from './ranges.ts';
 import type { ViewFilter } from './state.ts';
 
 /**
@@ -198,18 +198,37 @@ export interface Wanted {
   props: string[];
   /** the project's goals are read when its id is known */
   goalsOf: string | undefined;
+  /** "All time": the range starts at the project's first day with data (asked first) */
+  allTime?: boolean;
+}
+
+/** The first day with events in `r` (by months, then days of that month), or undefined when it has none. */
+async function firstDay(a: Asker, r: Range): Promise<string | undefined> {
+  const months = unwrap(await ask(a, { ...r, metrics: ['events'], dimensions: ['time:month'], limit: SERIES_LIMIT }));
+  const month = months.results.find((x) => x.metrics[0]! > 0)?.dimensions[0];
+  if (month === undefined) return undefined;
+  const from = month === r.from.slice(0, 7) ? r.from : `${month}-01`;
+  const end = [addDays(`${month}-01`, 31), r.to].sort()[0]!;
+  const days = unwrap(await ask(a, { from, to: end, metrics: ['events'], dimensions: ['time:day'], limit: SERIES_LIMIT }));
+  return days.results.find((x) => x.metrics[0]! > 0)?.dimensions[0] ?? from;
 }
 
 /** Asks every figure of a view; throws Asked with the first refusal. `questions` false skips POST /query. */
 export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<Figures> {
-  const { range, filters } = w;
+  const { filters } = w;
+  let range = w.range;
+  // "All time": from the first day with data (a service without POST /query: its longest range)
+  if (w.allTime) range = questions ? { from: (await firstDay(a, range)) ?? range.to, to: range.to } : { from: addDays(range.to, 1 - MAX_RANGE_DAYS), to: range.to };
   const unit = unitFor(range);
-  const cmp = compareRange(range, w.compare);
-  const filtered = questions && filters.length > 0;
+  const cmp = w.allTime ? undefined : compareRange(range, w.compare);
+  // Over a year GET /metrics cannot answer: every figure comes from POST /query, as under filters.
+  const long = daysBetween(range.from, range.to) > MAX_RANGE_DAYS;
+  const filtered = questions && (filters.length > 0 || long);
   // GET /metrics: the headline and breakdowns when unfiltered, and recent events (which POST /query does not list).
-  const metrics = unwrap(await get<Metrics>('metrics', a.key, { from: range.from, to: range.to, projectId: a.projectId, compare: cmp && !filtered ? w.compare : undefined }));
+  const read = long ? { from: addDays(range.to, 1 - MAX_RANGE_DAYS), to: range.to } : range;
+  const metrics = unwrap(await get<Metrics>('metrics', a.key, { from: read.from, to: read.to, projectId: a.projectId, compare: cmp && !filtered ? w.compare : undefined }));
   const out: Figures = {
-    projectId: metrics.projectId, from: metrics.from, to: metrics.to, timezone: metrics.timezone,
+    projectId: metrics.projectId, from: range.from, to: range.to, timezone: metrics.timezone,
     totals: { visitors: metrics.users, visits: metrics.sessions, pageviews: metrics.pageviews, bounceRate: parseFloat(metrics.bounceRate) },
     series: fromDaily(metrics),
     tables: new Map(TABLES.filter((t) => t.fromMetrics && metrics[t.id as keyof Metrics] !== undefined).map((t) => [t.id, entries(metrics[t.id as keyof Metrics] as Record<string, number>)])),

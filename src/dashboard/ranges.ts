@@ -3,7 +3,7 @@
  * Pure date arithmetic on UTC midnights, so no browser timezone can shift a day.
  */
 
-export type Preset = 'today' | 'yesterday' | '7d' | '30d' | 'month' | 'lastmonth' | '12mo' | 'custom';
+export type Preset = 'today' | 'yesterday' | '7d' | '30d' | 'month' | 'lastmonth' | '12mo' | 'all' | 'custom';
 
 export const PRESETS: ReadonlyArray<readonly [Preset, string]> = [
   ['today', 'Today'],
@@ -13,12 +13,15 @@ export const PRESETS: ReadonlyArray<readonly [Preset, string]> = [
   ['month', 'This month'],
   ['lastmonth', 'Last month'],
   ['12mo', 'Last 12 months'],
+  ['all', 'All time'],
   ['custom', 'Custom range'],
 ];
 
 export const DEFAULT_PRESET = '30d' satisfies Preset;
 /** GET /metrics answers at most 366 days at once. */
 export const MAX_RANGE_DAYS = 366;
+/** POST /query answers up to ten years: "All time" looks that far back for the project's first day. */
+export const ALL_TIME_DAYS = 3653;
 
 export interface Range {
   from: string;
@@ -89,6 +92,8 @@ export function rangeOf(preset: Exclude<Preset, 'custom'>, today: string): Range
       return { from: formatDay(Date.UTC(y, m - 1, 1)), to: formatDay(Date.UTC(y, m, 0)) };
     case '12mo':
       return { from: addDays(today, -364), to: today };
+    case 'all':
+      return { from: addDays(today, 1 - ALL_TIME_DAYS), to: today }; // narrowed to the first day with data (figures.ts)
     default: {
       const never: never = preset;
       return never;
@@ -101,7 +106,7 @@ export function checkCustom(from: string, to: string): string | undefined {
   const day = /^\d{4}-\d{2}-\d{2}$/;
   if (!day.test(from) || !day.test(to)) return 'Pick both a start and an end date.';
   if (from > to) return 'The start date is after the end date.';
-  if (daysBetween(from, to) > MAX_RANGE_DAYS) return `A range covers at most ${MAX_RANGE_DAYS} days.`;
+  if (daysBetween(from, to) > ALL_TIME_DAYS) return `A range covers at most ten years (${ALL_TIME_DAYS} days).`;
   return undefined;
 }
 
