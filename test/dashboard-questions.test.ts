@@ -395,3 +395,26 @@ test('"All time" starts at the project\'s first day of an imported two-year hist
   assert.deepEqual(problems, []);
   await context.close();
 });
+
+test('Today before noon compares with yesterday until the same time, says so, and draws no hour after now', async () => {
+  // 16:30 UTC is 11:30 in New York: a morning there
+  const ny = await createProject(service.url, service.adminKey, { name: 'morning.example', timezone: 'America/New_York' });
+  const today = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/New_York' }).format(NOW);
+  const local = (dayOffset: number, h: number) => Date.parse(`${today}T${String(h).padStart(2, '0')}:10:00-05:00`) + dayOffset * DAY_MS;
+  // yesterday: a visit every hour of the day; today: one each hour until 11
+  const events = [...Array.from({ length: 24 }, (_, h) => local(-1, h)), ...Array.from({ length: 12 }, (_, h) => local(0, h))].map((t, i) => ({ event: 'page_view', url: 'https://morning.example/', sessionId: `m${i}`, timestamp: t }));
+  const imported = await api(service.url, `/projects/${ny.project.id}/history`, { key: ny.keys.secret, body: events });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  const { page, context, problems } = await open('/dashboard?range=today', ny.keys.secret);
+  await page.locator('#chart[data-unit=hour]').waitFor({ timeout: WAIT_MS });
+  assert.match(await page.locator('#context').innerText(), /until 11:30 \(the same part of a period still running\)/);
+  const yesterday = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/New_York' }).format(NOW - DAY_MS);
+  const same = await query({ date: yesterday, until: '11:30', metrics: ['visitors', 'visits', 'pageviews'] }, ny.keys.secret);
+  assert.deepEqual(same.totals, [12, 12, 12], 'yesterday until 11:30: twelve of its 24 visits');
+  const previous = await page.locator('.tile[data-metric=pageviews] .change').getAttribute('title');
+  assert.equal(previous, `Previous period: ${(await fmt(page, [same.totals[2]!]))[0]}`);
+  assert.match(await page.locator('.tile[data-metric=pageviews] .change').innerText(), /^● 0%/, 'twelve against twelve, not against 24');
+  assert.equal(await page.locator('#chart').getAttribute('data-drawn'), '12', 'hours 00–11 drawn, none after now');
+  assert.deepEqual(problems, []);
+  await context.close();
+});

@@ -52,6 +52,32 @@ interface Opened {
   problems: string[];
 }
 
+/** Every tab's requests, for assertShows to find the question a running period's comparison was asked with. */
+const requestsOf = new WeakMap<Page, Request[]>();
+
+/**
+ * A range ending today is still running: the page compares it with the previous period until the same time of day,
+ * asked of POST /query with `until` (GET /metrics compares whole days). That question, checked (the previous period,
+ * until now in the project's zone) and asked again: what the tiles must show as the previous figures.
+ */
+async function runningCompare(page: Page, m: MetricsResponse): Promise<{ users: number; sessions: number; pageviews: number; bounceRate: string } | undefined> {
+  const asked = (requestsOf.get(page) ?? [])
+    .filter((r) => r.method() === 'POST' && new URL(r.url()).pathname === '/query')
+    .map((r) => ({ body: JSON.parse(r.postData() ?? '{}') as Record<string, any>, key: r.headers()['authorization']!.slice('Bearer '.length) }))
+    .filter((x) => x.body.until !== undefined && x.body.metrics?.includes('bounceRate') && x.body.to < m.from)
+    .at(-1);
+  if (!asked) return undefined;
+  const n = Math.round((Date.parse(m.to) - Date.parse(m.from)) / DAY_MS) + 1;
+  assert.deepEqual([asked.body.from, asked.body.to], [day(Date.parse(m.from) - n * DAY_MS), day(Date.parse(m.from) - DAY_MS)], 'the previous period');
+  const now = new Intl.DateTimeFormat('en-GB', { timeZone: m.timezone, hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(clock.now());
+  assert.equal(asked.body.until, now, 'until the time of day now');
+  const r = await api(service.url, '/query', { key: asked.key, body: asked.body });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const t = r.body.totals as number[];
+  const at = (name: string) => t[(asked.body.metrics as string[]).indexOf(name)]!;
+  return { users: at('visitors'), sessions: at('visits'), pageviews: at('pageviews'), bounceRate: `${at('bounceRate').toFixed(1)}%` };
+}
+
 /** A fresh tab (its own sessionStorage) whose clock agrees with the service's, recording every request. */
 async function open(origin = service.url, options: { locale?: string; width?: number; height?: number; dark?: boolean; path?: string } = {}): Promise<Opened> {
   const context = await browser.newContext({
@@ -62,6 +88,7 @@ async function open(origin = service.url, options: { locale?: string; width?: nu
   const page = await context.newPage();
   await page.clock.setFixedTime(clock.now());
   const requests: Request[] = [];
+  requestsOf.set(page, requests);
   const problems: string[] = [];
   page.on('request', (r) => requests.push(r));
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
@@ -122,7 +149,7 @@ async function assertShows(page: Page, m: MetricsResponse & Record<string, any>)
   const fields = ['pages', 'trafficSources', 'countries', 'devices', 'events', 'entryPages', 'browsers', 'operatingSystems', 'utmMediums', 'utmCampaigns'].filter((f) => m[f] !== undefined);
   // The events card leaves out page_view (the tiles and the chart show page views).
   const rows = (f: string): Array<[string, number]> => Object.entries(m[f] as Record<string, number>).filter(([k]) => f !== 'events' || k !== 'page_view');
-  const c = m['compare'] as { users: number; sessions: number; pageviews: number; bounceRate: string } | undefined;
+  const c = (m['compare'] as { users: number; sessions: number; pageviews: number; bounceRate: string } | undefined) ?? (m.to === day(clock.now()) ? await runningCompare(page, m) : undefined);
   const numbers = [m.users, m.sessions, m.pageviews, c?.users ?? 0, c?.sessions ?? 0, c?.pageviews ?? 0, ...fields.flatMap((f) => rows(f).map(([, n]) => n))];
   const text = await page.evaluate((xs) => xs.map((x) => new Intl.NumberFormat(navigator.language).format(x)), numbers);
   // The four figures GET /metrics has; views per visit and visit duration come from POST /query.

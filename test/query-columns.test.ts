@@ -230,6 +230,18 @@ function filterSql([op, d, values]: Filter): string {
   return op === 'is' ? is : op === 'isNot' ? `NOT ${is}` : op === 'contains' ? contains : `NOT ${contains}`;
 }
 
+const minuteFmt = new Intl.DateTimeFormat('en-CA', { timeZone: TZ, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+/** ms since epoch of local `day` `hh:mm` in TZ (the offset found twice, so a DST day converges). */
+function localEpoch(day: string, hhmm: string): number {
+  const offset = (ms: number): number => {
+    const p: Record<string, string> = {};
+    for (const x of minuteFmt.formatToParts(ms)) p[x.type] = x.value;
+    return Date.parse(`${p.year}-${p.month}-${p.day}T${p.hour}:${p.minute}:00Z`) - ms;
+  };
+  const guess = Date.parse(`${day}T${hhmm}:00Z`);
+  return guess - offset(guess - offset(guess));
+}
+
 const r1 = (x: number): number => Math.round(x * 10) / 10;
 const r2 = (x: number): number => Math.round(x * 100) / 100;
 /** revenue:EUR and revenue:USD in SQL: purchases by their currency upper-cased (GET /metrics's rules). */
@@ -240,7 +252,8 @@ function reference(question: Question): QueryAnswer {
   const { from, to, metrics, dimensions: dims } = question;
   const run = (filters: Filter[], ds: Dimension[]) => {
     const cols = ds.map((d, i) => `${dimSql(d)} d${i}`);
-    const where = [`e.day BETWEEN ${q(from)} AND ${q(to)}`, ...filters.map(filterSql), ...ds.map((d) => `${dimSql(d)} IS NOT NULL`)];
+    const cut = question.until === undefined ? [] : [`NOT (e.day = ${q(to)} AND e.ts >= ${localEpoch(to, question.until)})`];
+    const where = [`e.day BETWEEN ${q(from)} AND ${q(to)}`, ...cut, ...filters.map(filterSql), ...ds.map((d) => `${dimSql(d)} IS NOT NULL`)];
     const sel = `SELECT e.seq, e.event, e.p_value, e.p_currency, v.vkey, v.visitor, v.pvs, v.dur${cols.map((c) => `, ${c}`).join('')} FROM e JOIN vis v ON v.session = e.session AND v.day = e.day ${ds.includes('goal') ? 'JOIN gc ON gc.seq = e.seq' : ''} WHERE ${where.join(' AND ')}`;
     const keys = ds.map((_, i) => `d${i}`);
     const group = keys.length ? `GROUP BY ${keys.join(',')}` : '';
@@ -395,6 +408,10 @@ const FIXED: Array<Partial<Question>> = [
   { metrics: ['revenue:USD'], dimensions: ['time:day', 'page'] },
   { metrics: ['revenue:EUR', 'conversionRate'], dimensions: ['goal', 'device'] },
   { metrics: ['revenue:EUR', 'visits'], dimensions: ['time:week', 'browser', 'prop:plan'] },
+  // until: the last day counts its events before that local time (a running period's same elapsed part)
+  { metrics: ['visitors', 'visits', 'pageviews', 'events', 'revenue:USD'], until: '14:20' },
+  { metrics: ['pageviews', 'visitors'], dimensions: ['time:hour'], until: '09:05' },
+  { metrics: ['visits', 'events'], dimensions: ['source'], filters: [['is', 'page', ['/pricing']]], until: '00:30' },
 ];
 
 describe('column store answers POST /query as plain SQL does', () => {
@@ -426,6 +443,12 @@ describe('column store answers POST /query as plain SQL does', () => {
     await compare(question({ from: days[1], to: days[1], metrics: ['visitors', 'bounceRate'], dimensions: ['time:hour'] }));
     const empty = await engine(svc).query(projectId, TZ, GOALS, question({ from: '2020-01-01', to: '2020-01-02', metrics: ['visitors', 'bounceRate'] }));
     assert.deepEqual(empty, { results: [{ dimensions: [], metrics: [0, 0] }], totals: [0, 0], totalRows: 1 });
+    // until on a whole past day: the cut-off takes events away, exactly as in SQL
+    const full = question({ from: days[0], to: days.at(-2), metrics: ['events'] });
+    for (const until of ['00:00', '11:30', '23:59']) await compare({ ...full, until });
+    const cut = await engine(svc).query(projectId, TZ, GOALS, { ...full, until: '11:30' });
+    const whole = await engine(svc).query(projectId, TZ, GOALS, full);
+    assert.ok(cut.totals[0]! < whole.totals[0]!, `until 11:30 leaves fewer events (${cut.totals[0]} of ${whole.totals[0]})`);
   });
 
   test('ordering, limit and offset', async () => {

@@ -13,7 +13,7 @@ import { funnelCard } from './funnel.ts';
 import { goalsCard } from './goals.ts';
 import { startLive, stopLive } from './live.ts';
 import { STORE_KEY, STORE_PROJECT } from './prefs.ts';
-import { type Range, rangeOf, todayIn } from './ranges.ts';
+import { type Range, rangeOf, timeIn, todayIn } from './ranges.ts';
 import { reread, setView, view, type ViewFilter, withFilter } from './state.ts';
 import { cards, dailyTable, liveTile, markFiltered, noun, recent, tiles } from './view.ts';
 
@@ -258,7 +258,7 @@ async function load(projectChanged = false): Promise<void> {
   const range: Range = st.preset !== 'custom' ? rangeOf(st.preset, today) : { from: st.from!, to: st.to! };
   let f: Figures;
   try {
-    f = await figures(asker(s), { range, compare: compareSupported ? st.compare : 'off', filters: st.filters, props: st.props, goalsOf: s.projectId, allTime: st.preset === 'all' }, questionsSupported);
+    f = await figures(asker(s), { range, compare: compareSupported ? st.compare : 'off', filters: st.filters, props: st.props, goalsOf: s.projectId, allTime: st.preset === 'all', now: nowIn(s.timezone, today) }, questionsSupported);
   } catch (e) {
     if (!(e instanceof Asked)) throw e;
     if (seq !== loadSeq || session !== s) return;
@@ -282,6 +282,12 @@ async function load(projectChanged = false): Promise<void> {
   render(f, today, { from: f.from, to: f.to });
   byId('loading').textContent = `Showing ${rangeLabel(f.from, f.to)}${st.filters.length ? `, filtered by ${st.filters.map(said).join(' and ')}` : ''}.`;
   if (projectChanged) startLive(() => session && { key: session.key, projectId: session.admin ? session.projectId : undefined });
+}
+
+/** Today and the time now in the project's timezone (a range ending today is still running). */
+function nowIn(timeZone: string | undefined, today: string): { today: string; time: string } | undefined {
+  const time = timeZone ? timeIn(timeZone) : undefined;
+  return time === undefined ? undefined : { today, time };
 }
 
 function said(f: ViewFilter): string {
@@ -348,7 +354,7 @@ function render(f: Figures, today: string, range: Range): void {
     to.max = today;
   }
   const context = byId('context');
-  const compared = f.compare ? ` · compared with ${rangeLabel(f.compare.from, f.compare.to)}` : '';
+  const compared = f.compare ? ` · compared with ${rangeLabel(f.compare.from, f.compare.to)}${f.compare.until ? ` until ${f.compare.until} (the same part of a period still running)` : ''}` : '';
   context.textContent = `${rangeLabel(f.from, f.to)}${compared} · times in ${f.timezone}`;
   if (!s.projects) byId('title').textContent = `Project ${f.projectId}`;
 

@@ -75,7 +75,9 @@ export function drawChart(host: HTMLElement, f: Figures): void {
   // nothing is drawn after now: the rest of today's hours are not zeros yet
   const last = nowKey(s.unit, f.timezone);
   const upToNow = (values: number[]) => values.map((v, i) => (last !== undefined && s.keys[i]! > last ? null : v));
-  const data: uPlot.AlignedData = [xs, upToNow(s.pageviews), upToNow(s.visitors), ...(previous ? [s.keys.map((_, i) => previous.pageviews[i] ?? null)] : [])];
+  // a running period's previous one stops at the same elapsed part too
+  const before = previous && s.keys.map((_, i) => (last !== undefined && s.keys[i]! > last && f.compare?.until ? null : (previous.pageviews[i] ?? null)));
+  const data: uPlot.AlignedData = [xs, upToNow(s.pageviews), upToNow(s.visitors), ...(before ? [before] : [])];
   const accent = cssVar('--accent');
   const second = cssVar('--accent-2');
   const muted = cssVar('--muted');
@@ -113,6 +115,7 @@ export function drawChart(host: HTMLElement, f: Figures): void {
   host.setAttribute('aria-label', summary(f.series, f));
   host.dataset['ticks'] = JSON.stringify(ticks(width).map((i) => labelOf.get(xs[i]!)));
   host.dataset['unit'] = s.unit;
+  host.dataset['drawn'] = String(upToNow(s.pageviews).filter((v) => v !== null).length);
   plot = new uPlot(opts, data, host);
   observer = new ResizeObserver(() => {
     if (plot && host.clientWidth > 0 && Math.abs(host.clientWidth - plot.width) > 1) plot.setSize({ width: host.clientWidth, height: HEIGHT_PX });

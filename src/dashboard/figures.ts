@@ -85,7 +85,8 @@ export interface Figures {
   to: string;
   timezone: string;
   totals: Totals;
-  compare?: { from: string; to: string; totals: Totals; series: Series; goal?: GoalTotals };
+  /** `until`: the period runs (it ends today), so it is compared with the previous one's same elapsed part, to that time */
+  compare?: { from: string; to: string; totals: Totals; series: Series; goal?: GoalTotals; until?: string };
   /** set under a goal filter: the tiles show the goal's figures */
   goal?: GoalTotals;
   series: Series;
@@ -166,10 +167,10 @@ function totalsOf(names: readonly string[], values: number[]): Totals {
   return t as unknown as Totals;
 }
 
-async function seriesOf(a: Asker, r: Range, unit: Unit, filters: ViewFilter[]): Promise<Series> {
+async function seriesOf(a: Asker, r: Range, unit: Unit, filters: ViewFilter[], until?: string): Promise<Series> {
   // under a goal filter the first line is the goal's conversions (its events), not page views
   const conversions = filters.some((f) => f.dimension === 'goal');
-  const q = unwrap(await ask(a, { ...r, metrics: [conversions ? 'events' : 'pageviews', 'visitors'], dimensions: [`time:${unit}`], filters: asFilters(filters), limit: SERIES_LIMIT }));
+  const q = unwrap(await ask(a, { ...r, metrics: [conversions ? 'events' : 'pageviews', 'visitors'], dimensions: [`time:${unit}`], filters: asFilters(filters), limit: SERIES_LIMIT, ...(until ? { until } : {}) }));
   return { unit, keys: q.results.map((x) => x.dimensions[0]!), pageviews: q.results.map((x) => x.metrics[0]!), visitors: q.results.map((x) => x.metrics[1]!), ...(conversions ? { conversions } : {}) };
 }
 
@@ -178,8 +179,8 @@ async function tableOf(a: Asker, r: Range, dimension: string, metric: string, fi
   return q.results.map((x) => [x.dimensions[0]!, x.metrics[0]!]);
 }
 
-async function headline(a: Asker, r: Range, filters: ViewFilter[]): Promise<Totals> {
-  const q = unwrap(await ask(a, { ...r, metrics: HEADLINE, filters: asFilters(filters) }));
+async function headline(a: Asker, r: Range, filters: ViewFilter[], until?: string): Promise<Totals> {
+  const q = unwrap(await ask(a, { ...r, metrics: HEADLINE, filters: asFilters(filters), ...(until ? { until } : {}) }));
   return totalsOf(HEADLINE, q.totals);
 }
 
@@ -200,6 +201,8 @@ export interface Wanted {
   goalsOf: string | undefined;
   /** "All time": the range starts at the project's first day with data (asked first) */
   allTime?: boolean;
+  /** today and the time of day now in the project's timezone: a range ending today is a running period */
+  now?: { today: string; time: string };
 }
 
 /** The first day with events in `r` (by months, then days of that month), or undefined when it has none. */
@@ -221,12 +224,15 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   if (w.allTime) range = questions ? { from: (await firstDay(a, range)) ?? range.to, to: range.to } : { from: addDays(range.to, 1 - MAX_RANGE_DAYS), to: range.to };
   const unit = unitFor(range);
   const cmp = w.allTime ? undefined : compareRange(range, w.compare);
+  // A running period compares with the same elapsed part of the previous one (today until 14:20 with yesterday until
+  // 14:20): asked of POST /query with `until`, never GET /metrics's whole days.
+  const until = questions && cmp && w.now && range.to === w.now.today ? w.now.time : undefined;
   // Over a year GET /metrics cannot answer: every figure comes from POST /query, as under filters.
   const long = daysBetween(range.from, range.to) > MAX_RANGE_DAYS;
   const filtered = questions && (filters.length > 0 || long);
   // GET /metrics: the headline and breakdowns when unfiltered, and recent events (which POST /query does not list).
   const read = long ? { from: addDays(range.to, 1 - MAX_RANGE_DAYS), to: range.to } : range;
-  const metrics = unwrap(await get<Metrics>('metrics', a.key, { from: read.from, to: read.to, projectId: a.projectId, compare: cmp && !filtered ? w.compare : undefined }));
+  const metrics = unwrap(await get<Metrics>('metrics', a.key, { from: read.from, to: read.to, projectId: a.projectId, compare: cmp && !filtered && !until ? w.compare : undefined }));
   const out: Figures = {
     projectId: metrics.projectId, from: range.from, to: range.to, timezone: metrics.timezone,
     totals: { visitors: metrics.users, visits: metrics.sessions, pageviews: metrics.pageviews, bounceRate: parseFloat(metrics.bounceRate) },
@@ -249,20 +255,18 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   job(headline(a, range, filters).then((t) => void (out.totals = filtered ? t : { ...out.totals, viewsPerVisit: t.viewsPerVisit, visitDuration: t.visitDuration })));
   let compareGoal: GoalTotals | undefined;
   if (cmp) {
-    job(headline(a, cmp, filters).then((t) => {
+    job(headline(a, cmp, filters, until).then((t) => {
       const before = out.compare;
       const totals = filtered || !before ? t : { ...before.totals, viewsPerVisit: t.viewsPerVisit, visitDuration: t.visitDuration };
-      out.compare = { from: cmp.from, to: cmp.to, totals, series: before?.series ?? { unit, keys: [], pageviews: [], visitors: [] } };
+      out.compare = { from: cmp.from, to: cmp.to, totals, series: before?.series ?? { unit, keys: [], pageviews: [], visitors: [] }, ...(until ? { until } : {}) };
     }));
   }
   if (filtered && filters.some((f) => f.dimension === 'goal')) {
     job(goalTotals(a, range, filters).then((g) => void (out.goal = g)));
-    if (cmp) job(goalTotals(a, cmp, filters).then((g) => void (compareGoal = g)));
+    if (cmp) job(goalTotals(a, cmp, filters, until).then((g) => void (compareGoal = g)));
   }
-  if (filtered || unit !== 'day') {
-    job(seriesOf(a, range, unit, filters).then((s) => void (out.series = s)));
-    if (cmp) job(seriesOf(a, cmp, unit, filters).then((s) => void (compareSeries = s)));
-  }
+  if (filtered || unit !== 'day') job(seriesOf(a, range, unit, filters).then((s) => void (out.series = s)));
+  if (cmp && (filtered || unit !== 'day' || until)) job(seriesOf(a, cmp, unit, filters, until).then((s) => void (compareSeries = s)));
   for (const t of TABLES) {
     if (filtered || !t.fromMetrics) job(tableOf(a, range, t.dimension, t.metric, filters).then((rows) => void out.tables.set(t.id, rows)));
   }
@@ -286,8 +290,8 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
 }
 
 /** Under a goal filter: the goal's converted visitors, conversions and conversion rate. */
-async function goalTotals(a: Asker, r: Range, filters: ViewFilter[]): Promise<GoalTotals> {
-  const q = unwrap(await ask(a, { ...r, metrics: ['visitors', 'events', 'conversionRate'], filters: asFilters(filters) }));
+async function goalTotals(a: Asker, r: Range, filters: ViewFilter[], until?: string): Promise<GoalTotals> {
+  const q = unwrap(await ask(a, { ...r, metrics: ['visitors', 'events', 'conversionRate'], filters: asFilters(filters), ...(until ? { until } : {}) }));
   return { visitors: q.totals[0] ?? 0, conversions: q.totals[1] ?? 0, conversionRate: q.totals[2] ?? 0 };
 }
 

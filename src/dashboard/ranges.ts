@@ -72,6 +72,17 @@ export function nowKey(unit: 'hour' | 'day' | 'week' | 'month', timeZone: string
   return `${today}T${hour.padStart(2, '0')}`;
 }
 
+/** The time of day now in `timeZone`, HH:MM (a running period's elapsed part), or undefined when the zone is unknown. */
+export function timeIn(timeZone: string, now: number = Date.now()): string | undefined {
+  try {
+    const parts = new Intl.DateTimeFormat('en-US', { timeZone, hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(now);
+    const part = (type: string) => parts.find((p) => p.type === type)?.value ?? '';
+    return `${part('hour').padStart(2, '0')}:${part('minute')}`;
+  } catch {
+    return undefined;
+  }
+}
+
 export function rangeOf(preset: Exclude<Preset, 'custom'>, today: string): Range {
   const y = Number(today.slice(0, 4));
   const m = Number(today.slice(5, 7)) - 1;

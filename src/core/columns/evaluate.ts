@@ -168,6 +168,9 @@ abstract class DayScan {
   protected NAME: Codes = EMPTY;
   private eventColumnsReady = false;
   protected PATH: Codes = EMPTY;
+  protected TIME: Int32Array = new Int32Array(0);
+  /** events at or after this time (ms from the day's UTC midnight) are not selected: `until` on the last day */
+  protected cutoff = Infinity;
   protected vPass = new Uint8Array(0);
   private vMark = new Uint8Array(0);
   // event filters of the day: value filters as (codes, match), goal filters as (names, paths, negate)
@@ -340,11 +343,13 @@ abstract class DayScan {
     this.eventColumnsReady = true;
     const view = this.dt.view;
     this.NAME = view.column('name');
+    this.TIME = view.time;
     this.PATH = this.needed.has('path') ? view.column('path') : this.NAME;
   }
 
-  /** Does event k pass every event-level filter? */
+  /** Does event k pass every event-level filter (and the day's cut-off time)? */
   protected eventPasses(k: number): boolean {
+    if (this.TIME[k]! >= this.cutoff) return false;
     const ef = this.efCodes;
     for (let f = 0; f < ef.length; f++) if (this.efMatch[f]![ef[f]![k]!] !== 1) return false;
     const gn = this.gfNames;
@@ -357,7 +362,19 @@ abstract class DayScan {
   }
 
   protected get anyEventFilter(): boolean {
-    return this.efCodes.length > 0 || this.gfNames.length > 0;
+    return this.efCodes.length > 0 || this.gfNames.length > 0 || this.cutoff !== Infinity;
+  }
+
+  /** The day's cut-off: `until` (HH:MM local) on the question's last day, as ms from the day's UTC midnight; else none. */
+  protected cutoffFor(day: string, last: string, until: string | undefined, timeZone: string): number {
+    if (until === undefined || day !== last) return Infinity;
+    const h = dayHours(day, timeZone);
+    const hour = `${day}T${until.slice(0, 2)}`;
+    // the first local hour at or after `until`'s (an hour a DST change skips starts with the next one)
+    let i = h.labels.findIndex((l) => l >= hour);
+    if (i < 0) return Infinity;
+    const minutes = h.labels[i] === hour ? Number(until.slice(3, 5)) : 0;
+    return h.starts[i]! + minutes * 60_000;
   }
 }
 
@@ -451,6 +468,7 @@ export class QueryRun extends DayScan {
 
   addDay(day: string, dt: DayTable | undefined): void {
     if (day < this.q.from || day > this.q.to || !dt) return;
+    this.cutoff = this.cutoffFor(day, this.q.to, this.q.until, this.timeZone);
     if (!this.load(dt)) return;
     if (this.dims.length === 0 || (this.dims.length === 1 && this.dims[0] !== 'goal')) {
       this.addDayGrouped(day, dt);

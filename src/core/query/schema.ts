@@ -132,6 +132,11 @@ export const QueryBodySchema = z
   .strictObject({
     ...RangeFields,
     metrics: z.array(MetricName).min(1, 'name 1 to 10 metrics').max(MAX_QUERY_METRICS, `at most ${MAX_QUERY_METRICS} metrics`),
+    until: z
+      .string()
+      .regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'until is a time of day HH:MM (00:00 to 23:59)')
+      .optional()
+      .meta({ description: 'HH:MM in the project\'s timezone: the last day of the range counts only its events before then (the same elapsed part of a running period)' }),
     dimensions: z.array(DimensionName).max(MAX_QUERY_DIMENSIONS, `at most ${MAX_QUERY_DIMENSIONS} dimensions`).optional(),
     filters: Filters.optional(),
     orderBy: z.array(OrderEntry).optional().meta({ description: 'default: a time dimension ascending; else the first metric descending, then the dimensions ascending' }),
@@ -294,6 +299,7 @@ export function parseQueryBody(body: unknown): Parsed<QueryInput> {
         orderBy: b.orderBy && b.orderBy.length > 0 ? (b.orderBy as Array<[string, SortDirection]>) : defaultOrder(metrics, dimensions),
         limit: b.limit ?? DEFAULT_QUERY_LIMIT,
         offset: b.offset ?? 0,
+        ...(b.until !== undefined ? { until: b.until } : {}),
       },
     },
   };

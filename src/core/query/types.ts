@@ -55,6 +55,11 @@ export interface Question {
   orderBy: Array<[string, SortDirection]>;
   limit: number;
   offset: number;
+  /**
+   * `HH:MM` in the project's timezone: the range's last day counts only its events before that time (a running
+   * period compared with the same elapsed part of the previous one: today until 14:20 with yesterday until 14:20)
+   */
+  until?: string;
 }
 
 export interface QueryRow {
