@@ -337,6 +337,10 @@ test('bugs: a custom event without a url shows no page; one property shows its k
   assert.deepEqual(await signups.locator('td.path').allInnerTexts(), ['—', '—']);
   const props = page.locator('[data-card=Properties]');
   assert.equal(await props.locator('[data-tab-name]').innerText(), 'plan');
+  // the three page views carry no plan: a (none) row, as Plausible shows, in its place by count and not a filter
+  assert.deepEqual(await rows(page, 'props.plan'), [['(none)', '3'], ['pro', '1'], ['starter', '1']]);
+  assert.equal(await page.getByRole('button', { name: 'Filter by property plan: (none)' }).count(), 0);
+  assert.equal(await page.getByRole('button', { name: /Filter by .*: pro/ }).count(), 1);
   await page.locator('#quota', { hasText: 'over its monthly allowance' }).waitFor({ timeout: WAIT_MS });
   assert.match(await page.locator('#quota').innerText(), /5 of 5 events/);
   assert.deepEqual(problems, []);

@@ -179,6 +179,24 @@ async function tableOf(a: Asker, r: Range, dimension: string, metric: string, fi
   return q.results.map((x) => [x.dimensions[0]!, x.metrics[0]!]);
 }
 
+/** Events that carry no value of a property, as Plausible shows them: a row of their own at the end. */
+export const NONE = '(none)';
+
+/** A property's values by events, and a (none) row for the selected events without the key. */
+async function propTable(a: Asker, r: Range, key: string, filters: ViewFilter[]): Promise<Row[]> {
+  const dim = `prop:${key}`;
+  const q = unwrap(await ask(a, { ...r, metrics: ['events'], dimensions: [dim], filters: asFilters(filters), limit: TABLE_LIMIT }));
+  const rows: Row[] = q.results.map((x) => [x.dimensions[0]!, x.metrics[0]!]);
+  // the totals count every selected event; those with the key are the rows (all of them, or asked with `contains ""`)
+  const all = q.totals[0] ?? 0;
+  const withKey = q.results.length < TABLE_LIMIT ? rows.reduce((s, [, n]) => s + n, 0) : (unwrap(await ask(a, { ...r, metrics: ['events'], filters: [...asFilters(filters), ['contains', dim, ['']]] })).totals[0] ?? 0);
+  if (all > withKey) {
+    rows.push([NONE, all - withKey]);
+    rows.sort((x, y) => y[1] - x[1]); // in its place by count (stable: ties keep the values first)
+  }
+  return rows;
+}
+
 async function headline(a: Asker, r: Range, filters: ViewFilter[], until?: string): Promise<Totals> {
   const q = unwrap(await ask(a, { ...r, metrics: HEADLINE, filters: asFilters(filters), ...(until ? { until } : {}) }));
   return totalsOf(HEADLINE, q.totals);
@@ -274,7 +292,7 @@ export async function figures(a: Asker, w: Wanted, questions: boolean): Promise<
   if (filtered && currencies.length > 0) job(revenueOf(a, range, currencies, filters).then((r) => void (out.revenue = r)));
   const keys = [...new Set([...out.props.keys(), ...w.props])];
   out.props = new Map(keys.map((k) => [k, []]));
-  for (const k of keys) job(tableOf(a, range, `prop:${k}`, 'events', filters).then((rows) => void out.props.set(k, rows)));
+  for (const k of keys) job(propTable(a, range, k, filters).then((rows) => void out.props.set(k, rows)));
   if (w.goalsOf) {
     job((async () => {
       const list = unwrap(await get<{ goals: Array<{ id: string; name: string }> }>(`projects/${encodeURIComponent(w.goalsOf!)}/goals`, a.key));

@@ -1,6 +1,6 @@
 import type { Realtime } from './api.ts';
 import { type Child, h, uid } from './dom.ts';
-import { type Figures, type GoalTotals, type Row, TABLES, type Unit } from './figures.ts';
+import { type Figures, type GoalTotals, NONE, type Row, TABLES, type Unit } from './figures.ts';
 import { daysBetween } from './ranges.ts';
 import { ago, bucketLabel, capitalize, count, country, decimal, duration, hostOf, money, pathOf, share, timeIn } from './format.ts';
 
@@ -265,7 +265,7 @@ export function table(t: Tab, onFilter: OnFilter): HTMLElement {
     const shownName = t.name ? t.name(key) : key;
     const dim = t.dimension;
     const name =
-      onFilter && dim && key !== OTHER
+      onFilter && dim && key !== OTHER && !(key === NONE && dim.startsWith('prop:'))
         ? h('button', { type: 'button', class: 'name filter', title: `Show only ${noun(dim)} ${key}`, onclick: () => onFilter(dim, key) }, h('span', { class: 'sr-only' }, `Filter by ${noun(dim)}: `), shownName)
         : h('span', { class: 'name', title: key }, shownName);
     body.append(
