@@ -19,8 +19,12 @@ const EVENTS = 50_000;
  * took +550 MiB at 10,000).
  */
 const BOUND_MIB_ONE = 100;
-/** A restart after such a day may take this much longer than after the plain one (process start varies on a busy machine). */
-const RESTART_SLACK_MS = 1500;
+/**
+ * A restart after such a day may take this much longer than after the plain one: process starts vary on a busy machine
+ * (one took 4.3 s against the plain run's 0.8 s in a full test run); the dense properties did not answer within 30 s.
+ * bench/cardinality.ts measures the restart on a quiet machine.
+ */
+const RESTART_SLACK_MS = 8000;
 /**
  * Every field new at once stores about eleven new values an event, and memory follows what is stored: single node at
  * 50,000 events +47 MiB at the ingest's peak, +71 MiB during the question (a cluster node in a full test run: within

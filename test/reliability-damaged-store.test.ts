@@ -100,6 +100,67 @@ test('one stored eventId damaged in a copy of a real data dir: the service names
   }
 });
 
+/** Starts the service on `dir` and resolves at its first 200 on /health (the moment a client may send again). */
+async function startedAndHealthy(dir: string, adminKey: string): Promise<Awaited<ReturnType<typeof startServiceProcess>>> {
+  const child = await startServiceProcess(dir, adminKey);
+  for (;;) {
+    const ok = await fetch(`${child.url}/health`).then((r) => r.arrayBuffer().then(() => r.ok), () => false);
+    if (ok) return child;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** The reported case: 35,000 events with ids, so the startup check of the remembered ids takes longer than a client's first request. */
+const BIG_BATCHES = 70;
+const BIG_BATCH = 500;
+const bigId = (b: number, i: number) => `dmgid-${b}-${String(i).padStart(4, '0')}`;
+const bigBatch = (b: number) => Array.from({ length: BIG_BATCH }, (_, i) => pv(`/d-${b}-${i % 50}`, { sessionId: `s${b}-${i % 100}`, eventId: bigId(b, i) }));
+
+test('a remembered eventId whose key is damaged (not detectable as damage): a resend sent the moment /health answers counts nothing twice, 20 starts in a row', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-idskey-'));
+  const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
+  let child: Awaited<ReturnType<typeof startServiceProcess>> | undefined;
+  try {
+    const p = await createProject(svc.url, svc.adminKey, { monthly_quota: 0 });
+    const key = p.keys.secret;
+    for (let b = 0; b < BIG_BATCHES; b++) assert.equal((await api(svc.url, '/analytics', { key, body: bigBatch(b) })).status, 200);
+    await svc.stop();
+    const template = path.join(work, 'template');
+    cpSync(svc.dataDir, template, { recursive: true });
+    rmSync(path.join(template, 'snapshots'), { recursive: true, force: true });
+    const file = path.join(template, 'analytics.lmdb');
+    const bytes = readFileSync(file);
+    // every copy of one id's key changed so that it still sorts between its neighbours ("dmgid-2-0100" becomes
+    // "dmgid-2-00:0", between -0099 and -0101) and its receive time is intact: LMDB's pages stay sound, the key decodes
+    // as a [project, eventId] pair, nothing shows it as damaged; only the id is gone
+    const id = Buffer.from(bigId(2, 100));
+    let copies = 0;
+    for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
+      assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(p.project.id)), 'the remembered id, next to its project');
+      bytes.write('00:0', at + id.length - 4, 'latin1');
+      copies++;
+    }
+    assert.ok(copies > 0);
+    writeFileSync(file, bytes);
+    for (let run = 0; run < 20; run++) {
+      const dir = path.join(work, `run-${run}`);
+      cpSync(template, dir, { recursive: true });
+      child = await startedAndHealthy(dir, svc.adminKey);
+      // at once: the startup check of the remembered ids against the log may still be running
+      assert.equal((await api(child.url, '/analytics', { key, body: bigBatch(2) })).status, 200, child.output().slice(-500));
+      assert.equal(await storedEvents(child.url, key), BIG_BATCHES * BIG_BATCH, `start ${run + 1}: the resend was counted again`);
+      const exited = once(child.proc, 'exit');
+      child.proc.kill('SIGKILL');
+      await exited;
+      child = undefined;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  } finally {
+    child?.proc.kill('SIGKILL');
+    rmSync(work, { recursive: true, force: true });
+  }
+});
+
 /** Damage to LMDB's own pages, each made in a copy of a real data directory (kept identical otherwise). */
 const DAMAGES: Array<[string, (b: Buffer) => Buffer]> = [
   ['meta page 0, bytes 16..80 flipped', (b) => {

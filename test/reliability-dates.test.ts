@@ -100,7 +100,7 @@ describe('date parsing and day loops always terminate (fast-check)', () => {
       fc.property(dateLike, dateLike, (from, to) => {
         try {
           const days = eachDay(from, to);
-          assert.ok(days.length <= 1000);
+          assert.ok(days.length <= 4000, 'the bound: ten years of questions, with slack');
         } catch (err) {
           assert.ok(err instanceof RangeError, String(err));
         }

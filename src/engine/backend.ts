@@ -33,8 +33,11 @@ export interface Backend {
   readonly questions?: QueryEngine | undefined;
   /** false after a storage write failed (health answers 503 until one succeeds); the engine sets it on a failed catalog write */
   storageOk: boolean;
-  /** ingest waits for this before its eventId checks (LMDB: a compaction swapping files after a deletion) */
-  settled(): Promise<void>;
+  /**
+   * ingest waits for this before its eventId checks (LMDB: a compaction swapping files after a deletion; with `withIds`,
+   * a batch that carries eventIds, also the startup check of the remembered ids against the log)
+   */
+  settled(withIds?: boolean): Promise<void>;
   /** was `eventId` stored (or is it in flight) for the project? A pre-check: cluster mode's fold is the authority */
   seen(projectId: string, eventId: string, now: number): boolean;
   /**

@@ -95,7 +95,7 @@ export class Ingest {
     const { project, rate } = admitted.value;
     const size = batchSizeRefusal(events, rate);
     if (size) return size;
-    await backend.settled();
+    await backend.settled(events.some(carriesId));
     const now = this.parts.now();
     const request = this.requestFacts(meta, project, now);
     const sorted = this.sort(project, events, request, now, rate);
@@ -204,4 +204,9 @@ function quotaMessage(projectId: string, quota: number, used: number): string {
     `the next UTC month). Raise it with PATCH /projects/${projectId} {"monthly_quota": N} (0 means unlimited) or ` +
     `npx analytics projects update ${projectId} --quota N`
   );
+}
+
+/** Whether a raw event names an eventId (such a batch waits for the remembered ids' startup check). */
+function carriesId(e: unknown): boolean {
+  return typeof e === 'object' && e !== null && (e as { eventId?: unknown }).eventId !== undefined;
 }

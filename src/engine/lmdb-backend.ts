@@ -154,11 +154,12 @@ export class LmdbBackend implements Backend {
     await this.erasuresSettled();
   }
 
-  settled(): Promise<void> {
-    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB. Damaged
-    // remembered eventIds are being rebuilt from the log: a resend must wait for its id to be back.
-    const repairing = this.ids.settled();
-    return repairing ? Promise.all([repairing, this.store.settled()]).then(() => {}) : this.store.settled();
+  settled(withIds = true): Promise<void> {
+    // After a project deletion the store compacts and swaps its file; the eventId check may read LMDB. Until the
+    // startup check of the remembered eventIds against the log is done, a damaged or lost id cannot be told from a new
+    // one: a batch with ids waits for it (a resend must find its id back), a batch without goes on.
+    const checking = withIds ? this.ids.settled() : undefined;
+    return checking ? Promise.all([checking, this.store.settled()]).then(() => {}) : this.store.settled();
   }
 
   seen(projectId: string, eventId: string, now: number): boolean {

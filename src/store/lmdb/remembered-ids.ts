@@ -58,8 +58,11 @@ export class RememberedIds {
   /** set by stop(): background passes end at their next slice */
   private stopped = false;
   private running: Promise<unknown> = Promise.resolve();
-  /** set while the startup check against the log runs after damaged records were found: writes wait for it */
-  private repairing: Promise<void> | undefined;
+  /**
+   * set from the start until the startup check against the log is done: a write that carries eventIds waits for it,
+   * since until then a remembered id that is damaged or lost cannot be told from a new one (a resend would count twice)
+   */
+  private checking: Promise<void> | undefined;
   /** damaged records met by the passes so far (named in the log by start) */
   private damaged: string[] = [];
   private damagedCount = 0;
@@ -89,7 +92,15 @@ export class RememberedIds {
    * table is checked against the log's last 48 hours (the log holds every eventId it stored) and what is missing,
    * damaged or lost, is written again; when damaged records were found, writes wait for that check (`settled`).
    */
-  async start(now: number, log: (line: string) => void = () => {}): Promise<void> {
+  start(now: number, log: (line: string) => void = () => {}): Promise<void> {
+    const run = this.startNow(now, log);
+    this.checking = run;
+    return run.finally(() => {
+      if (this.checking === run) this.checking = undefined;
+    });
+  }
+
+  private async startNow(now: number, log: (line: string) => void): Promise<void> {
     this.ready = false;
     try {
       await this.expire(now, true);
@@ -100,21 +111,18 @@ export class RememberedIds {
             `${damaged > this.damaged.length ? `; ${damaged - this.damaged.length} more` : ''}; rebuilding the table from the log's last 48 h`,
         );
       }
-      const check = this.checkWithLog(now);
-      if (damaged > 0) this.repairing = check.then(() => {}, () => {});
-      const { rebuilt, records } = await check;
+      const { rebuilt, records } = await this.checkWithLog(now);
       if (damaged > 0 || rebuilt > 0) log(`remembered eventIds: checked against ${records} log records of the last 48 h; ${rebuilt} missing id(s) rebuilt from the log`);
     } catch (err) {
       log(`remembered eventIds: ${err instanceof Error ? err.message : String(err)} (in ${this.file}); eventIds are looked up in the store one by one`);
     } finally {
       this.ready = true;
-      this.repairing = undefined;
     }
   }
 
-  /** While damaged remembered ids are being rebuilt from the log, a write waits for it (it might be a resend). */
+  /** Until the startup check against the log is done, a write with eventIds waits for it (it might be a resend). */
   settled(): Promise<void> | undefined {
-    return this.repairing;
+    return this.checking;
   }
 
   /** Writes to LMDB (and the table) every eventId of the log's window that the table lacks. */
