@@ -7,7 +7,8 @@ import { Distinct } from '../src/core/columns/distinct.ts';
 import { hash53 } from '../src/core/hash.ts';
 import type { FunnelQuestion, Goal, Question } from '../src/core/query/types.ts';
 import type { StoredEvent } from '../src/core/types.ts';
-import { ColumnProjection, OPEN_BYTES_BOUND, OPEN_HISTORY_BOUND, PROJECT_OPEN_BYTES, RECENT_KEEP_FLUSHES } from '../src/engine/column-projection.ts';
+import { ColumnProjection, OPEN_HISTORY_BOUND, RECENT_KEEP_FLUSHES } from '../src/engine/column-projection.ts';
+import { OPEN_BYTES_BOUND, PROJECT_OPEN_BYTES } from '../src/engine/open-columns.ts';
 import { ColumnStore } from '../src/store/lmdb/column-store.ts';
 import { rng } from '../bench/lib/seeded-random.ts';
 

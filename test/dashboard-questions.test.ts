@@ -9,7 +9,8 @@ import { api, type CreatedProject, createProject, startTestService, type TestSer
 /**
  * The dashboard that asks questions, in a real browser (Debian's chromium via playwright-core) against a real service
  * seeded through the real ingest path: every filtered figure, goal and funnel step on the page is checked against
- * POST /query, /query/funnel and the goals API for the same view.
+ * POST /query, /query/funnel and the goals API for the same view. Long because every test shares one seeded service
+ * (seeding is the slow part), as dashboard.test.ts does.
  */
 
 const CHROMIUM = '/usr/bin/chromium';

@@ -5,7 +5,8 @@ import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer } fr
 import type { FoldRecord } from '../core/types.ts';
 import { ColumnStore } from '../store/lmdb/column-store.ts';
 import type { LogEntry } from '../store/seams.ts';
-import { ColumnProjection, type OpenColumnStats } from '../engine/column-projection.ts';
+import { ColumnProjection } from '../engine/column-projection.ts';
+import type { OpenColumnStats } from '../engine/open-columns.ts';
 
 /**
  * Questions (POST /query, /query/funnel) in cluster mode: every node that folds a partition (owner, standby,

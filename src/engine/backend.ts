@@ -3,7 +3,7 @@ import type { QueryEngine } from '../core/query/types.ts';
 import type { LogRecord, MetricsResponse, RealtimeResponse, StoredEvent } from '../core/types.ts';
 import type { Enricher } from '../enrich/index.ts';
 import type { Catalog } from '../store/seams.ts';
-import type { OpenColumnStats } from './column-projection.ts';
+import type { OpenColumnStats } from './open-columns.ts';
 import type { ReadQuery } from './read-query.ts';
 import type { HealthView } from './types.ts';
 

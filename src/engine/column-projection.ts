@@ -1,3 +1,4 @@
+// long because the fold, the flush with its bounds, the quiet-day merge and the question paths all share the open segments and the pending writes.
 import { encodeSegment } from '../core/columns/codec.ts';
 import { FunnelRun } from '../core/columns/evaluate.ts';
 import { QuestionRuns } from '../core/columns/question-runs.ts';
@@ -7,6 +8,7 @@ import { eachDay, recentFrom, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { FoldRecord, LogRecord } from '../core/types.ts';
 import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
+import { OPEN_BYTES_BOUND, PROJECT_OPEN_BYTES, type OpenColumnStats, type SealReason } from './open-columns.ts';
 
 /**
  * The column store as a projection of the log: fed (seq, records) in log order from the same fold point as the day
@@ -33,45 +35,6 @@ export const OPEN_HISTORY_BOUND = 50_000;
  * dictionaries and visit numbering), so a replay over thousands of small projects seals at ~180 MiB, not at 1M events.
  */
 export const OPEN_DAYS_BOUND = 20_000;
-/**
- * Heap bytes of open segments (SegmentBuilder.bytes: arrays, dictionaries, new ids) before a flush. Events of a usual
- * size (~110–130 B estimated) reach it about when they reach OPEN_EVENTS_BOUND; events that carry many values no
- * other event has reach it first. At 64 MiB, 1M events with every field new peaked at 618 MiB; at 32, 324 MiB.
- */
-export const OPEN_BYTES_BOUND = 32 * 2 ** 20;
-/**
- * One project's open bytes before a flush: no tenant's traffic holds more of the node's memory in open columns. A
- * flush seals every open segment; for the other projects it costs a few more small segments, merged when their day
- * goes quiet.
- */
-export const PROJECT_OPEN_BYTES = 16 * 2 ** 20;
-
-/** Why open segments were sealed before their interval: which bound they reached. */
-export type SealReason = 'events' | 'history' | 'days' | 'bytes' | 'project_bytes';
-export const SEAL_REASONS: readonly SealReason[] = ['events', 'history', 'days', 'bytes', 'project_bytes'];
-
-/** What the operator metrics show of the open columns. */
-export interface OpenColumnStats {
-  events: number;
-  bytes: number;
-  /** the open bytes of the project holding most */
-  largestProjectBytes: number;
-  /** flushes each bound caused since start */
-  seals: Record<SealReason, number>;
-}
-
-/** The open columns of several projections (a cluster node's partitions) as one. */
-export function sumOpenStats(all: readonly OpenColumnStats[]): OpenColumnStats {
-  const out: OpenColumnStats = { events: 0, bytes: 0, largestProjectBytes: 0, seals: { events: 0, history: 0, days: 0, bytes: 0, project_bytes: 0 } };
-  for (const s of all) {
-    out.events += s.events;
-    out.bytes += s.bytes;
-    out.largestProjectBytes = Math.max(out.largestProjectBytes, s.largestProjectBytes);
-    for (const r of SEAL_REASONS) out.seals[r] += s.seals[r];
-  }
-  return out;
-}
-
 /** Open segments are sealed this often: a restart replays at most this much of the log. */
 export const COLUMN_FLUSH_MS = 60_000;
 /**

@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { SEAL_REASONS, sumOpenStats, type OpenColumnStats } from './column-projection.ts';
+import { SEAL_REASONS, sumOpenStats, type OpenColumnStats } from './open-columns.ts';
 
 /**
  * Operator metrics (Prometheus text format on METRICS_PORT), with prom-client: the de-facto Node client, maintained,
