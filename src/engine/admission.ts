@@ -69,6 +69,22 @@ export class Admission {
     return this.admitIngest(meta);
   }
 
+  /**
+   * Plausible's Events API (POST /api/event) sends no key: the site's project, found by its domain, takes the event
+   * under the rules of its publishable key (the key's and the client's rate limits, origins, referrers).
+   */
+  admitIngestForProject(meta: RequestMeta, project: ProjectRecord): Admitted {
+    const now = this.parts.now();
+    const pk = this.parts.catalog.keys(project.id).find(([, k]) => k.kind === 'publishable' && isLive(k, now));
+    if (!pk) return fail('forbidden', `project "${project.id}" has no live publishable key to take events without one`, {}, this.unspentRate());
+    const who: Principal = { key: pk[1], keyHash: pk[0] };
+    const limited = this.rateLimit(who, meta);
+    if (!limited.ok) return limited;
+    const scope = this.checkOrigin(project, who.key, meta, limited.value);
+    if (scope) return scope;
+    return { ok: true, value: { project, rate: limited.value } };
+  }
+
   /** The gate of the reads, after one lookup of a key the catalog mirror may not hold yet. */
   async admitReadFresh(meta: RequestMeta, requested: string | undefined): Promise<Admitted> {
     await this.refreshUnknownKey(meta);

@@ -5,6 +5,7 @@ import type { Backend } from './backend.ts';
 import { Ingest } from './ingest.ts';
 import type { OperatorMetrics, StateStats } from './operator-metrics.ts';
 import { ProjectKeys } from './project-keys.ts';
+import { plausibleEvent } from './plausible.ts';
 import { Projects } from './projects.ts';
 import { QuestionDesk } from './questions.ts';
 import { Reads } from './reads.ts';
@@ -130,6 +131,10 @@ export class Engine implements AnalyticsEngine {
 
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     return this.ingestion.ingest(meta, events);
+  }
+
+  plausibleEvent(meta: RequestMeta, body: unknown): Promise<Outcome<{ dropped: boolean }>> {
+    return plausibleEvent({ ingestion: this.ingestion, byDomain: (d) => this.projects.byDomain(d) }, meta, body);
   }
 
   history(meta: RequestMeta, projectId: string, events: unknown[]): Promise<Outcome<HistoryAck>> {

@@ -86,11 +86,16 @@ export class Ingest {
     return { ok: true, value: { accepted: appended, duplicates: batch.duplicates + batch.records.length - appended }, rate };
   }
 
-  private async live(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
+  /** Events for `project` under its publishable key's rules, sent without a key (Plausible's Events API: plausible.ts). */
+  asProject(meta: RequestMeta, project: ProjectRecord, events: unknown[]): Promise<Outcome<IngestAck>> {
+    return this.live(meta, events, async () => this.parts.admission.admitIngestForProject(meta, project));
+  }
+
+  private async live(meta: RequestMeta, events: unknown[], admit = () => this.parts.admission.admitIngestFresh(meta)): Promise<Outcome<IngestAck>> {
     const { admission, backend } = this.parts;
     const closed = admission.shuttingDown();
     if (closed) return closed;
-    const admitted = await admission.admitIngestFresh(meta);
+    const admitted = await admit();
     if (!admitted.ok) return admitted;
     const { project, rate } = admitted.value;
     const size = batchSizeRefusal(events, rate);

@@ -36,6 +36,9 @@ const origin = z.string().refine((s) => {
 
 const rate = z.number().positive().max(MAX_RATE);
 
+/** A site's domain as Plausible names it: a host name (its Events API and Stats API identify the site by it). */
+const domain = z.string().regex(HOSTNAME, 'must be a host name like example.com (at most 253 characters)');
+
 /** CONTRACT: at most 10 eventParams keys, each at most 40 characters (the eventParams key limit). */
 export const TrackedPropsSchema = z.array(z.string().min(1).max(MAX_PARAM_KEY)).max(MAX_TRACKED_PROPS);
 
@@ -46,6 +49,7 @@ export const CreateProjectSchema = z.strictObject({
   timezone: z.string().refine(isValidTimeZone, 'must be an IANA timezone like Europe/Berlin').optional(),
   monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
   tracked_props: TrackedPropsSchema.optional(),
+  domain: domain.optional(),
   rate_limit: z
     .strictObject({ per_key: rate.optional(), burst_per_key: rate.optional(), per_ip: rate.optional(), burst_per_ip: rate.optional() })
     .optional(),
@@ -66,6 +70,8 @@ export const UpdateProjectSchema = z.strictObject({
   monthly_quota: z.number().int().min(0).max(MAX_MONTHLY_QUOTA).optional(),
   rate_limit: CreateProjectSchema.shape.rate_limit,
   tracked_props: TrackedPropsSchema.optional(),
+  /** null removes it */
+  domain: domain.nullable().optional(),
 });
 
 export type UpdateProjectInput = z.infer<typeof UpdateProjectSchema>;

@@ -23,9 +23,33 @@ export interface ProjectParts {
   log(line: string): void;
 }
 
+/** The projects by id (Map order is creation order), and by domain, the index rebuilt when asked after a change. */
+class ProjectList extends Map<string, ProjectRecord> {
+  private domains: Map<string, string> | undefined;
+
+  override set(id: string, p: ProjectRecord): this {
+    this.domains = undefined;
+    return super.set(id, p);
+  }
+
+  override delete(id: string): boolean {
+    this.domains = undefined;
+    return super.delete(id);
+  }
+
+  byDomain(domain: string): ProjectRecord | undefined {
+    if (!this.domains) {
+      this.domains = new Map();
+      for (const p of this.values()) if (p.domain !== undefined) this.domains.set(p.domain, p.id);
+    }
+    const id = this.domains.get(domain.toLowerCase());
+    return id === undefined ? undefined : this.get(id);
+  }
+}
+
 export class Projects {
   /** Map order is creation order: GET /projects pages through it. */
-  private readonly projects = new Map<string, ProjectRecord>();
+  private readonly projects = new ProjectList();
   /** creation time of the newest project (creation times strictly increase) */
   private lastCreatedAt = 0;
   private readonly catalog: Catalog;
@@ -45,6 +69,18 @@ export class Projects {
 
   get(id: string): ProjectRecord | undefined {
     return this.projects.get(id);
+  }
+
+  /** The project whose site is `domain` (POST /api/event). */
+  byDomain(domain: string): ProjectRecord | undefined {
+    return this.projects.byDomain(domain);
+  }
+
+  /** A domain another project has already: 409 (a domain names one site). */
+  private domainTaken(domain: string | undefined, self: string | undefined, rate: RateInfo): Fail | undefined {
+    if (domain === undefined) return undefined;
+    const other = this.projects.byDomain(domain);
+    return other && other.id !== self ? fail('conflict', `the domain ${domain.toLowerCase()} is already another project's`, {}, rate) : undefined;
   }
 
   get size(): number {
@@ -126,6 +162,9 @@ export class Projects {
     };
     if (input.tracked_props !== undefined && input.tracked_props.length > 0) project.trackedProps = [...new Set(input.tracked_props)];
     if (input.rate_limit) project.rate = rateOf(input.rate_limit);
+    const taken = this.domainTaken(input.domain, undefined, rate);
+    if (taken) return taken;
+    if (input.domain !== undefined) project.domain = input.domain.toLowerCase();
     const secret = generateKey('secret');
     const publishable = generateKey('publishable');
     const record = (kind: 'secret' | 'publishable', k: string): KeyRecord => ({
@@ -164,6 +203,10 @@ export class Projects {
     if (input.monthly_quota !== undefined) next.monthlyQuota = input.monthly_quota;
     if (input.tracked_props !== undefined) next.trackedProps = [...new Set(input.tracked_props)];
     if (input.rate_limit !== undefined) next.rate = rateOf(input.rate_limit);
+    const taken = this.domainTaken(input.domain ?? undefined, project.id, rate);
+    if (taken) return taken;
+    if (input.domain === null) delete next.domain;
+    else if (input.domain !== undefined) next.domain = input.domain.toLowerCase();
     const written = await this.save(next, rate);
     if (written) return written;
     return { ok: true, value: { project: view(next) }, rate };
@@ -233,5 +276,6 @@ function view(p: ProjectRecord): ProjectView {
     monthly_quota: p.monthlyQuota,
     created_at: new Date(p.createdAt).toISOString(),
     tracked_props: p.trackedProps ?? [],
+    ...(p.domain !== undefined ? { domain: p.domain } : {}),
   };
 }

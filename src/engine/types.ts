@@ -128,6 +128,8 @@ export interface ProjectView {
   monthly_quota: number;
   created_at: string;
   tracked_props: string[];
+  /** the site's host name, when the project names one (Plausible's APIs find the site by it) */
+  domain?: string;
 }
 
 /** A page of GET /projects: `next_cursor` is opaque, null on the last page. */
@@ -216,6 +218,8 @@ export type Gate = 'ingest' | 'manage' | 'read';
 export interface AnalyticsEngine {
   /** `events` are parsed JSON values (HTTP) or plain objects converted from protobuf (gRPC). */
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>>;
+  /** Plausible's Events API (POST /api/event): no key, the site named by its domain (plausible.ts) */
+  plausibleEvent(meta: RequestMeta, body: unknown): Promise<Outcome<{ dropped: boolean }>>;
   /** async: in cluster mode the read may wait for the fold (read barrier) or go to the partition's owner */
   metrics(meta: RequestMeta, query: MetricsQuery): Promise<Outcome<MetricsResponse>>;
   realtime(meta: RequestMeta, query: RealtimeQuery): Promise<Outcome<RealtimeResponse>>;

@@ -52,7 +52,7 @@ const ERRORS: Record<number, string> = {
   401: 'unauthorized: no key, a malformed Authorization header, or an unknown, revoked or expired key',
   403: 'forbidden: the key may not do this (its type, its project, the Origin or Referer)',
   404: 'not_found',
-  409: 'conflict: the project would lose its last secret key, or already has a goal of that name',
+  409: 'conflict: the project would lose its last secret key, already has a goal of that name, or names a domain another project has',
   413: `payload_too_large: a body over 1 MiB (${MAX_QUERY_BODY_BYTES / 1024} KiB for /query) or a batch over 500 events`,
   415: 'unsupported_media_type: a body that is not application/json or text/plain, or an encoding other than gzip',
   429: 'rate_limited or quota_exceeded; Retry-After says when to try again',
@@ -147,6 +147,23 @@ export function openApiDocument(version: string): Json {
           responses: { '200': json(ref('IngestAck'), 'stored (or acknowledged again as a repeat)'), ...errors(400, 401, 403, 413, 415, 429) },
         },
       },
+      '/api/event': {
+        post: {
+          operationId: 'plausibleEvent',
+          summary: "Plausible's Events API: one event for the project whose domain the body names, with no key (Plausible's script and integrations send here by changing the host)",
+          requestBody: {
+            required: true,
+            content: {
+              'application/json': { schema: { type: 'object', additionalProperties: true }, example: { name: 'pageview', url: 'https://shop.example/pricing', domain: 'shop.example', referrer: 'https://www.google.com/' } },
+              'text/plain': { schema: { type: 'string' } },
+            },
+          },
+          responses: {
+            '202': { description: 'taken, or dropped (an unknown domain, or refused by the site\'s rules) with the header x-plausible-dropped: 1; no body' },
+            ...errors(400, 413, 415),
+          },
+        },
+      },
       '/metrics': {
         get: {
           operationId: 'getMetrics',
@@ -178,7 +195,7 @@ export function openApiDocument(version: string): Json {
           summary: 'Create a project; its keys are shown only in this answer',
           security: secured,
           requestBody: body('CreateProject', { name: 'Shop', allowed_origins: ['https://shop.example'], allowed_referrers: [], timezone: 'Europe/Berlin' }),
-          responses: { '200': json(ref('CreatedProject'), 'the project and its keys'), ...errors(400, 401, 403, 413, 415, 429) },
+          responses: { '200': json(ref('CreatedProject'), 'the project and its keys'), ...errors(400, 401, 403, 409, 413, 415, 429) },
         },
       },
       '/projects/{id}': {
@@ -188,7 +205,7 @@ export function openApiDocument(version: string): Json {
           summary: 'Change any of name, allowed_origins, allowed_referrers, monthly_quota, rate_limit, tracked_props (not timezone)',
           security: secured,
           requestBody: body('UpdateProject', { allowed_origins: ['https://new.example'] }),
-          responses: { '200': json(ref('ProjectOnly'), 'the changed project'), ...errors(400, 401, 403, 404, 413, 415, 429) },
+          responses: { '200': json(ref('ProjectOnly'), 'the changed project'), ...errors(400, 401, 403, 404, 409, 413, 415, 429) },
         },
         delete: {
           operationId: 'deleteProject',

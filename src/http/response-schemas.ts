@@ -134,6 +134,7 @@ export const Project = z
     monthly_quota: z.number().int().min(0),
     created_at: z.iso.datetime(),
     tracked_props: z.array(z.string()),
+    domain: z.string().optional().meta({ description: "the site's host name, when set: Plausible's Events API (POST /api/event) finds the project by it" }),
   })
   ;
 

@@ -164,6 +164,7 @@ export class HttpFace {
   ) {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
+      '/api/event': { POST: (req, res) => this.plausibleEvent(req, res) },
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
@@ -358,6 +359,20 @@ export class HttpFace {
     const out = await this.engine.ingest({ ...meta, guarded: true }, events);
     if (out.ok) return this.sendJson(res, 200, { ok: true, ts: out.value.ts, accepted: out.value.accepted }, out.rate);
     return this.send(res, out);
+  }
+
+  /**
+   * POST /api/event: Plausible's Events API (engine/plausible.ts). 202 with an empty body, as Plausible answers; an
+   * event no site took (an unknown domain, or refused by its rules) is dropped with `x-plausible-dropped: 1`.
+   */
+  private async plausibleEvent(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req);
+    if (!body.ok) return this.send(res, body);
+    const out = await this.engine.plausibleEvent({ ...meta, guarded: true }, body.value);
+    if (!out.ok) return this.send(res, out);
+    res.writeHead(202, { 'Content-Length': 0, 'Cache-Control': 'no-store', ...(out.value.dropped ? { 'x-plausible-dropped': '1' } : {}) });
+    res.end();
   }
 
   /** POST /projects/{id}/history: the body of POST /analytics. */

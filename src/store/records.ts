@@ -21,6 +21,8 @@ export interface ProjectRecord {
   trackedProps?: string[];
   /** the project's goals (POST /projects/{id}/goals), kept with the project so both catalogs store them and a delete erases them */
   goals?: Goal[];
+  /** the site's host name (lower case), unique in the service: Plausible's Events API names a site by it (POST /api/event) */
+  domain?: string;
 }
 
 export type KeyKind = 'admin' | 'secret' | 'publishable' | 'read';

@@ -1,0 +1,129 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { api, createProject, startTestService, type CreatedProject, type TestService } from './helpers.ts';
+
+/**
+ * Plausible's Events API over real HTTP: a project names its site's domain, and `POST /api/event` takes what
+ * Plausible's script and server-side integrations send, in both spellings, with no key.
+ */
+
+const UA = 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36';
+
+let svc: TestService;
+let shop: CreatedProject;
+let blog: CreatedProject;
+
+before(async () => {
+  svc = await startTestService();
+  shop = await createProject(svc.url, svc.adminKey, { name: 'Shop', domain: 'Shop.Example' });
+  blog = await createProject(svc.url, svc.adminKey, { name: 'Blog', domain: 'blog.example' });
+});
+after(() => svc.destroy());
+
+/** Sends a Plausible event as a browser would (its User-Agent and address make the session). */
+async function send(body: unknown, opts: { ip?: string; type?: string; ua?: string; origin?: string } = {}): Promise<Response> {
+  return fetch(`${svc.url}/api/event`, {
+    method: 'POST',
+    headers: { 'content-type': opts.type ?? 'application/json', 'user-agent': opts.ua ?? UA, 'x-forwarded-for': opts.ip ?? '198.51.100.7', ...(opts.origin ? { origin: opts.origin } : {}) },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+async function metrics(p: CreatedProject): Promise<Record<string, any>> {
+  const r = await api(svc.url, '/metrics', { key: p.keys.secret });
+  assert.equal(r.status, 200);
+  return r.body;
+}
+
+describe('a project\'s domain', () => {
+  test('is set at creation (lower case), shown, unique in the service (409), and removed with null', async () => {
+    const list = await api(svc.url, '/projects', { key: svc.adminKey });
+    assert.equal(list.body.projects.find((p: { id: string }) => p.id === shop.project.id).domain, 'shop.example');
+    const again = await api(svc.url, '/projects', { key: svc.adminKey, body: { allowed_origins: [], allowed_referrers: [], domain: 'shop.example' } });
+    assert.equal(again.status, 409);
+    assert.match(again.body.error.message, /shop\.example is already another project's/);
+    const bad = await api(svc.url, '/projects', { key: svc.adminKey, body: { allowed_origins: [], allowed_referrers: [], domain: 'not a host' } });
+    assert.equal(bad.status, 400);
+    const other = await createProject(svc.url, svc.adminKey, { name: 'Spare' });
+    assert.equal((await api(svc.url, `/projects/${other.project.id}`, { method: 'PATCH', key: svc.adminKey, body: { domain: 'blog.example' } })).status, 409);
+    const set = await api(svc.url, `/projects/${other.project.id}`, { method: 'PATCH', key: svc.adminKey, body: { domain: 'spare.example' } });
+    assert.equal(set.body.project.domain, 'spare.example');
+    const cleared = await api(svc.url, `/projects/${other.project.id}`, { method: 'PATCH', key: svc.adminKey, body: { domain: null } });
+    assert.equal(cleared.status, 200);
+    assert.equal(cleared.body.project.domain, undefined);
+  });
+});
+
+describe('POST /api/event', () => {
+  test('the API\'s spelling: a pageview counts as a page view with its source, 202 and an empty body', async () => {
+    const r = await send({ name: 'pageview', url: 'https://shop.example/pricing?utm_medium=email', domain: 'shop.example', referrer: 'https://www.google.com/' });
+    assert.equal(r.status, 202);
+    assert.equal(await r.text(), '');
+    assert.equal(r.headers.get('x-plausible-dropped'), null);
+    const m = await metrics(shop);
+    assert.equal(m.pageviews, 1);
+    assert.equal(m.pages['/pricing'], 1);
+    assert.equal(m.trafficSources.Google, 1);
+  });
+
+  test('the script\'s spelling, as text/plain, with props as JSON: a custom event with its property, in the same visit', async () => {
+    const r = await send(JSON.stringify({ n: 'Signup', u: 'https://shop.example/signup', d: 'shop.example', r: null, p: JSON.stringify({ plan: 'pro', seats: 3 }) }), { type: 'text/plain' });
+    assert.equal(r.status, 202);
+    const m = await metrics(shop);
+    assert.equal(m.events.Signup, 1);
+    assert.equal(m.sessions, 1, 'the same browser: the same visit, no sessionId needed');
+    const q = await api(svc.url, '/query', { key: shop.keys.secret, body: { metrics: ['events'], dimensions: ['prop:plan'], filters: [['is', 'event', ['Signup']]] } });
+    assert.deepEqual(q.body.results, [{ dimensions: ['pro'], metrics: [1] }]);
+  });
+
+  test('revenue becomes the event\'s value and currency: a purchase counts in revenue', async () => {
+    const r = await send({ name: 'purchase', url: 'https://shop.example/thanks', domain: 'shop.example', revenue: { currency: 'EUR', amount: '12.50' } });
+    assert.equal(r.status, 202);
+    assert.deepEqual((await metrics(shop)).revenue, { EUR: { total: 12.5, purchases: 1 } });
+  });
+
+  test('a comma-separated domain sends to each site; an unknown one is dropped with x-plausible-dropped', async () => {
+    const before = (await metrics(blog)).pageviews as number;
+    const both = await send({ name: 'pageview', url: 'https://blog.example/post', domain: 'blog.example, shop.example' });
+    assert.equal(both.status, 202);
+    assert.equal(both.headers.get('x-plausible-dropped'), null);
+    assert.equal((await metrics(blog)).pageviews, before + 1);
+    const unknown = await send({ name: 'pageview', url: 'https://nobody.example/', domain: 'nobody.example' });
+    assert.equal(unknown.status, 202);
+    assert.equal(unknown.headers.get('x-plausible-dropped'), '1');
+    const partly = await send({ name: 'pageview', url: 'https://blog.example/', domain: 'blog.example,nobody.example' });
+    assert.equal(partly.headers.get('x-plausible-dropped'), '1', 'one site did not take it');
+    assert.equal((await metrics(blog)).pageviews, before + 2, 'the known site did');
+  });
+
+  test('an event the site\'s rules refuse is dropped, not an error: an origin outside allowed_origins, a bot', async () => {
+    const locked = await createProject(svc.url, svc.adminKey, { name: 'Locked', domain: 'locked.example', allowed_origins: ['https://locked.example'] });
+    const elsewhere = await fetch(`${svc.url}/api/event`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', 'user-agent': UA, origin: 'https://evil.example' },
+      body: JSON.stringify({ n: 'pageview', u: 'https://locked.example/', d: 'locked.example' }),
+    });
+    assert.equal(elsewhere.status, 202);
+    assert.equal(elsewhere.headers.get('x-plausible-dropped'), '1');
+    const fromSite = await fetch(`${svc.url}/api/event`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', 'user-agent': UA, origin: 'https://locked.example' },
+      body: JSON.stringify({ n: 'pageview', u: 'https://locked.example/', d: 'locked.example' }),
+    });
+    assert.equal(fromSite.headers.get('x-plausible-dropped'), null);
+    const bot = await send({ name: 'pageview', url: 'https://locked.example/', domain: 'locked.example' }, { ua: 'Googlebot/2.1 (+http://www.google.com/bot.html)', origin: 'https://locked.example' });
+    assert.equal(bot.status, 202);
+    const m = await metrics(locked);
+    assert.equal(m.pageviews, 1);
+    assert.equal(m.bots, 1);
+  });
+
+  test('a body that is no event is 400 naming what is missing', async () => {
+    for (const [body, word] of [[{ url: 'https://shop.example/', domain: 'shop.example' }, 'name'], [{ name: 'pageview', domain: 'shop.example' }, 'url'], [{ name: 'x', url: '/' }, 'domain'], [[1, 2], 'one event']] as const) {
+      const r = await send(body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.match(((await r.json()) as { error: { message: string } }).error.message, new RegExp(word));
+    }
+    assert.equal((await metrics(shop)).events.Signup, 1, 'nothing more stored');
+  });
+});
