@@ -229,3 +229,49 @@ test('a damaged snapshot header: the log names the snapshot file and that it was
     rmSync(work, { recursive: true, force: true });
   }
 });
+
+test('a damaged sealed column segment: a question over its day is refused naming the file, the segment and `analytics rebuild`; ingestion goes on; after the rebuild it answers as before', async () => {
+  const work = mkdtempSync(path.join(tmpdir(), 'analytics-segdamage-'));
+  const dataDir = path.join(work, 'data');
+  let svc = await startTestService({}, { dataDir });
+  try {
+    const p = await createProject(svc.url, svc.adminKey);
+    const key = p.keys.secret;
+    for (let b = 0; b < 2; b++) assert.equal((await api(svc.url, '/analytics', { key, body: batchOf(b) })).status, 200);
+    const ask = () => api(svc.url, '/query', { key, body: { metrics: ['events', 'visits'] } });
+    const before = await ask();
+    assert.equal(before.status, 200);
+    assert.deepEqual(before.body.totals, [2 * PER_BATCH, 2 * PER_BATCH]);
+    await svc.stop(); // seals the open segments into columns.lmdb
+    const file = path.join(dataDir, 'columns.lmdb');
+    const bytes = readFileSync(file);
+    let copies = 0;
+    // every copy of a segment (its magic 'ACOL'): one byte of its meta flipped, so its checksum no longer holds
+    for (let at = bytes.indexOf(Buffer.from('ACOL')); at >= 0; at = bytes.indexOf(Buffer.from('ACOL'), at + 1)) {
+      bytes[at + 40] = bytes[at + 40]! ^ 0x01;
+      copies++;
+    }
+    assert.ok(copies > 0, 'a sealed segment is in the file');
+    writeFileSync(file, bytes);
+
+    svc = await startTestService({}, { dataDir, adminKey: svc.adminKey });
+    const refused = await ask();
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.match(refused.body.error.message, /columns\.lmdb is damaged: the column segment of project p_\S+, day \d{4}-\d{2}-\d{2} \(no\. \d+\): checksum mismatch/);
+    assert.match(refused.body.error.message, /npx analytics rebuild/);
+    // the day aggregates and ingestion do not depend on the damaged segment
+    assert.equal((await api(svc.url, '/analytics', { key, body: batchOf(2) })).status, 200);
+    assert.equal(await storedEvents(svc.url, key), 3 * PER_BATCH);
+    await svc.stop();
+
+    const rebuilt = await runToEnd(['bin/analytics.js', 'rebuild', '--data-dir', dataDir]);
+    assert.equal(rebuilt.code, 0, rebuilt.output);
+    svc = await startTestService({}, { dataDir, adminKey: svc.adminKey });
+    const after = await ask();
+    assert.equal(after.status, 200, JSON.stringify(after.body));
+    assert.deepEqual(after.body.totals, [3 * PER_BATCH, 3 * PER_BATCH], 'every event, folded again from the log');
+  } finally {
+    await svc.destroy().catch(() => {});
+    rmSync(work, { recursive: true, force: true });
+  }
+});

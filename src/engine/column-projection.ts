@@ -7,7 +7,7 @@ import { DayIds, SegmentBuilder, type SegmentView } from '../core/columns/segmen
 import { eachDay, recentFrom, utcMidnight } from '../core/dates.ts';
 import type { FunnelQuestion, FunnelStepAnswer, Goal, Question, QueryAnswer, QueryEngine } from '../core/query/types.ts';
 import type { FoldRecord, LogRecord } from '../core/types.ts';
-import { crc, type ColumnStore } from '../store/lmdb/column-store.ts';
+import { crc, DamagedSegmentError, type ColumnStore, type StoredSegment } from '../store/lmdb/column-store.ts';
 import { OPEN_BYTES_BOUND, PROJECT_OPEN_BYTES, type OpenColumnStats, type SealReason } from './open-columns.ts';
 
 /**
@@ -124,6 +124,8 @@ export class ColumnProjection implements QueryEngine {
   private boundFlush: Promise<void> | undefined;
   /** heap-merged day tables of sealed days, by day key, with the segment numbers they merge (most recent last) */
   private readonly merged = new Map<string, { sig: string; dt: DayTable }>();
+  /** project-days whose damaged segment was logged already */
+  private readonly damaged = new Set<string>();
   private mergedEvents = 0;
 
   constructor(
@@ -206,7 +208,7 @@ export class ColumnProjection implements QueryEngine {
     let d = this.days.get(k);
     if (!d) {
       const ids = new DayIds();
-      for (const s of this.store.day(projectId, day)) ids.absorb(s.view, s.segNo);
+      for (const s of this.sealedOrNone(projectId, day)) ids.absorb(s.view, s.segNo);
       for (const p of this.pending.get(k) ?? []) ids.absorb(p.view, p.segNo);
       d = { projectId, day, ids, open: undefined, touched: false, idleFlushes: 0 };
       this.days.set(k, d);
@@ -283,10 +285,10 @@ export class ColumnProjection implements QueryEngine {
   private async mergeStored(projectId: string, day: string): Promise<void> {
     const k = dayKey(projectId, day);
     if (this.pending.has(k)) return;
-    const stored = this.store.day(projectId, day);
+    const stored = this.sealedOrNone(projectId, day);
     if (stored.length === 0 || (stored.length === 1 && stored[0]!.table)) return;
     const dt = await sliced(mergeDaySteps(stored.map((s) => s.view)), BACKGROUND_SLICE_MS);
-    if (this.store.day(projectId, day).length !== stored.length) return; // the day changed meanwhile: merged next time
+    if (this.sealedOrNone(projectId, day).length !== stored.length) return; // the day changed meanwhile: merged next time
     await this.store.replaceDay(
       projectId,
       day,
@@ -294,6 +296,24 @@ export class ColumnProjection implements QueryEngine {
       encodeSegment(dt.view, crc, dt.table),
     );
     this.dropMerged(k);
+  }
+
+  /**
+   * A day's sealed segments where the fold and the quiet-day merge read them: a damaged one is logged (once) and the
+   * day taken as it is, so ingestion goes on; questions over it are refused (dayTable reads the store itself).
+   */
+  private sealedOrNone(projectId: string, day: string): StoredSegment[] {
+    try {
+      return this.store.day(projectId, day);
+    } catch (err) {
+      if (!(err instanceof DamagedSegmentError)) throw err;
+      const k = dayKey(projectId, day);
+      if (!this.damaged.has(k)) {
+        this.damaged.add(k);
+        this.log(err.message);
+      }
+      return [];
+    }
   }
 
   private dropMerged(k: string): void {

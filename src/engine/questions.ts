@@ -1,3 +1,4 @@
+import { DamagedSegmentError } from '../store/lmdb/column-store.ts';
 import { dayOf } from '../core/dates.ts';
 import { MAX_GOALS, parseFunnelBody, parseGoalBody, parseQueryBody, resolveFunnel, resolveQuestion, type Problem } from '../core/query/schema.ts';
 import type { Goal, QueryEngine } from '../core/query/types.ts';
@@ -37,6 +38,7 @@ async function answerOr<T>(ask: () => Promise<T>, rate: RateInfo): Promise<{ ok:
     return { ok: true, value: await ask() };
   } catch (err) {
     if (err instanceof QuestionsUnavailable) return fail('unavailable', err.message, { retryAfterSeconds: 1 }, rate);
+    if (err instanceof DamagedSegmentError) return fail('unavailable', err.message, {}, rate);
     throw err;
   }
 }
