@@ -255,6 +255,15 @@ describe('gRPC statuses', () => {
     assert.equal((await metricsJson(key)).events.signup, 3);
   });
 
+  test('a project\'s domain over gRPC: set at creation, shown, a repeat refused (conflict), the empty string removes it', async () => {
+    const created = await client.createProject({ name: 'site', domain: 'Grpc-Site.example' }, { key: svc.adminKey });
+    assert.equal(created.project?.domain, 'grpc-site.example');
+    const again = await refusal(client.createProject({ name: 'twin', domain: 'grpc-site.example' }, { key: svc.adminKey }));
+    assert.equal(again.code, status.FAILED_PRECONDITION, 'conflict, as a goal of the same name');
+    const cleared = await client.call('updateProject', { projectId: created.project!.id, domain: '' }, { key: svc.adminKey });
+    assert.equal(cleared.project?.domain, undefined);
+  });
+
   test('calls beyond the rate limit are refused with RESOURCE_EXHAUSTED and a retry-after', async () => {
     const created = await client.createProject(
       { name: 'slow', rateLimit: { perKey: 0.001, burstPerKey: 1 } },

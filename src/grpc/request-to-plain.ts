@@ -191,6 +191,7 @@ export function updateProjectBody(req: UpdateProjectRequest): Plain {
   if (req.monthlyQuota !== undefined) body.monthly_quota = Number(req.monthlyQuota);
   if (req.trackedProps !== undefined) body.tracked_props = [...req.trackedProps.values];
   if (req.rateLimit !== undefined) body.rate_limit = rateLimitBody(req.rateLimit);
+  if (req.domain !== undefined) body.domain = req.domain === '' ? null : req.domain;
   return body;
 }
 
@@ -217,6 +218,7 @@ export function createProjectBody(req: CreateProjectRequest): Plain {
   if (req.timezone !== undefined) body.timezone = req.timezone;
   if (req.monthlyQuota !== undefined) body.monthly_quota = Number(req.monthlyQuota);
   if (req.trackedProps.length > 0) body.tracked_props = [...req.trackedProps];
+  if (req.domain !== undefined) body.domain = req.domain;
   if (req.rateLimit !== undefined) {
     const r = req.rateLimit;
     const rate: Plain = {};

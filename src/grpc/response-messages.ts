@@ -119,6 +119,7 @@ function project(p: ProjectView): Omit<Project, '$typeName'> {
     monthlyQuota: BigInt(p.monthly_quota),
     createdAt: p.created_at,
     trackedProps: [...p.tracked_props],
+    ...(p.domain !== undefined ? { domain: p.domain } : {}),
   };
 }
 
