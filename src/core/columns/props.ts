@@ -104,43 +104,16 @@ export function scanProp(e: PropEntries, n: number, keyCode: number | undefined)
   return { codes, dict };
 }
 
-/** Key `key` of an index as a dense column of `n` events (0: the event does not carry it), its dictionary holding only that key's values. */
-export function denseProp(ix: PropIndex, key: string, n: number): PropColumn | undefined {
-  const k = ix.find(key);
-  if (k < 0) return undefined;
-  const codes = new Uint32Array(n);
-  const from = ix.at[k]!;
-  const to = ix.at[k + 1]!;
-  const all = ix.values(k);
-  if (!ix.shared) {
-    for (let j = from; j < to; j++) codes[ix.rows[j]!] = ix.vals[j]!;
-    return { codes, dict: all };
-  }
-  const dict: string[] = [];
-  const local = new Map<number, number>();
-  for (let j = from; j < to; j++) {
-    const g = ix.vals[j]!;
-    let c = local.get(g);
-    if (c === undefined) {
-      dict.push(all[g - 1]!);
-      c = dict.length;
-      local.set(g, c);
-    }
-    codes[ix.rows[j]!] = c;
-  }
-  return { codes, dict };
-}
-
 /**
- * Key k's entries with values coded into a dictionary of that key alone (for storing: a question parses only the
- * dictionaries of the keys it names). Writes the codes into `out` at the same positions; returns the dictionary.
+ * Key k's entries with each value coded in a dictionary of that key alone (`put(j, code)` for entry j): a question
+ * reads, and a sealed segment stores, only that key's values. Returns the dictionary.
  */
-export function ownValues(ix: PropIndex, k: number, out: Uint32Array): readonly string[] {
+function localValues(ix: PropIndex, k: number, put: (j: number, code: number) => void): readonly string[] {
   const from = ix.at[k]!;
   const to = ix.at[k + 1]!;
   const all = ix.values(k);
   if (!ix.shared) {
-    for (let j = from; j < to; j++) out[j] = ix.vals[j]!;
+    for (let j = from; j < to; j++) put(j, ix.vals[j]!);
     return all;
   }
   const dict: string[] = [];
@@ -153,9 +126,24 @@ export function ownValues(ix: PropIndex, k: number, out: Uint32Array): readonly 
       c = dict.length;
       local.set(g, c);
     }
-    out[j] = c;
+    put(j, c);
   }
   return dict;
+}
+
+/** Key `key` of an index as a dense column of `n` events (0: the event does not carry it). */
+export function denseProp(ix: PropIndex, key: string, n: number): PropColumn | undefined {
+  const k = ix.find(key);
+  if (k < 0) return undefined;
+  const codes = new Uint32Array(n);
+  const rows = ix.rows;
+  const dict = localValues(ix, k, (j, c) => (codes[rows[j]!] = c));
+  return { codes, dict };
+}
+
+/** Key k's entries' codes in a dictionary of that key alone, written into `out` at the entries' positions (for storing). */
+export function ownValues(ix: PropIndex, k: number, out: Uint32Array): readonly string[] {
+  return localValues(ix, k, (j, c) => (out[j] = c));
 }
 
 /**
