@@ -127,3 +127,56 @@ describe('POST /api/event', () => {
     assert.equal((await metrics(shop)).events.Signup, 1, 'nothing more stored');
   });
 });
+
+describe('POST /api/v2/query (Plausible\'s Stats API v2)', () => {
+  const stats = (body: unknown, key = shop.keys.secret) => api(svc.url, '/api/v2/query', { key, body });
+
+  test('answers what POST /query answers, in Plausible\'s names and shape, with its query echoed', async () => {
+    const r = await stats({ site_id: 'shop.example', metrics: ['visitors', 'pageviews', 'events', 'bounce_rate'], date_range: 'day' });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    const ours = await api(svc.url, '/query', { key: shop.keys.secret, body: { metrics: ['visitors', 'pageviews', 'events', 'bounceRate'] } });
+    assert.deepEqual(r.body.results, [{ metrics: ours.body.totals, dimensions: [] }]);
+    assert.deepEqual(r.body.meta, {});
+    assert.equal(r.body.query.site_id, 'shop.example');
+    assert.deepEqual(r.body.query.metrics, ['visitors', 'pageviews', 'events', 'bounce_rate']);
+    const today = new Date().toISOString().slice(0, 10);
+    assert.deepEqual(r.body.query.date_range, [`${today}T00:00:00+00:00`, `${today}T23:59:59+00:00`]);
+  });
+
+  test('dimensions, filters, order_by, total_rows and pagination; times as Plausible writes them', async () => {
+    const bySource = await stats({
+      site_id: 'shop.example', metrics: ['visitors', 'visits'], date_range: '7d', dimensions: ['visit:source'],
+      filters: [['is', 'event:page', ['/pricing']]], order_by: [['visitors', 'desc']], include: { total_rows: true }, pagination: { limit: 5, offset: 0 },
+    });
+    assert.equal(bySource.status, 200, JSON.stringify(bySource.body));
+    assert.deepEqual(bySource.body.results, [{ metrics: [1, 1], dimensions: ['Google'] }]);
+    assert.deepEqual(bySource.body.meta, { total_rows: 1 });
+    const hours = await stats({ site_id: 'shop.example', metrics: ['pageviews'], date_range: 'day', dimensions: ['time:hour'] });
+    assert.equal(hours.body.results.length, 24);
+    assert.match(hours.body.results[0].dimensions[0], /^\d{4}-\d{2}-\d{2} 00:00:00$/);
+    const months = await stats({ site_id: 'shop.example', metrics: ['visitors'], date_range: 'month', dimensions: ['time:month'] });
+    assert.match(months.body.results[0].dimensions[0], /^\d{4}-\d{2}-01$/);
+    const plans = await stats({ site_id: 'shop.example', metrics: ['events'], date_range: '30d', dimensions: ['event:props:plan'] });
+    assert.deepEqual(plans.body.results, [{ metrics: [1], dimensions: ['pro'] }]);
+    const custom = await stats({ site_id: 'shop.example', metrics: ['visits'], date_range: ['2026-01-01', '2026-12-31'], filters: [['contains_not', 'visit:source', ['Goo']]] });
+    assert.equal(custom.status, 200, JSON.stringify(custom.body));
+  });
+
+  test('what it cannot answer is a 400 { error } naming it; keys as POST /query has them; an unknown site 404', async () => {
+    for (const [body, word] of [
+      [{ site_id: 'shop.example', metrics: ['time_on_page'], date_range: 'day' }, 'time_on_page'],
+      [{ site_id: 'shop.example', metrics: ['visitors'], date_range: 'day', filters: [['and', [['is', 'visit:country', ['DE']]]]] }, 'and'],
+      [{ site_id: 'shop.example', metrics: ['visitors'], date_range: 'day', dimensions: ['visit:city'] }, 'visit:city'],
+      [{ site_id: 'shop.example', metrics: ['visitors'], date_range: 'forever' }, 'forever'],
+    ] as const) {
+      const r = await stats(body);
+      assert.equal(r.status, 400, JSON.stringify(r.body));
+      assert.equal(typeof r.body.error, 'string');
+      assert.ok(r.body.error.includes(word), r.body.error);
+    }
+    assert.equal((await stats({ site_id: 'nobody.example', metrics: ['visitors'], date_range: 'day' })).status, 404);
+    assert.equal((await stats({ site_id: 'shop.example', metrics: ['visitors'], date_range: 'day' }, blog.keys.secret)).status, 403, 'another site\'s key');
+    assert.equal((await stats({ site_id: 'shop.example', metrics: ['visitors'], date_range: 'day' }, svc.adminKey)).status, 200, 'an admin key names the site');
+    assert.equal((await stats({ site_id: 'shop.example', metrics: ['visitors'], date_range: 'day' }, 'sk_AAAAAAAAAAAAAAAAAAAAAAAA')).status, 401);
+  });
+});

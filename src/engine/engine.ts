@@ -6,6 +6,7 @@ import { Ingest } from './ingest.ts';
 import type { OperatorMetrics, StateStats } from './operator-metrics.ts';
 import { ProjectKeys } from './project-keys.ts';
 import { plausibleEvent } from './plausible.ts';
+import { plausibleQuery, type StatsAnswer } from './plausible-stats.ts';
 import { Projects } from './projects.ts';
 import { QuestionDesk } from './questions.ts';
 import { Reads } from './reads.ts';
@@ -131,6 +132,10 @@ export class Engine implements AnalyticsEngine {
 
   ingest(meta: RequestMeta, events: unknown[]): Promise<Outcome<IngestAck>> {
     return this.ingestion.ingest(meta, events);
+  }
+
+  plausibleQuery(meta: RequestMeta, body: unknown): Promise<StatsAnswer> {
+    return plausibleQuery({ byDomain: (d) => this.projects.byDomain(d), query: (m, b) => this.query(m, b), now: () => this.now() }, meta, body);
   }
 
   plausibleEvent(meta: RequestMeta, body: unknown): Promise<Outcome<{ dropped: boolean }>> {

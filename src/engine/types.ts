@@ -239,6 +239,8 @@ export interface AnalyticsEngine {
   revokeKey(meta: RequestMeta, projectId: string, keyId: string): Promise<Outcome<{ ok: true }>>;
   /** POST /query: `body` is the parsed JSON (gRPC, MCP and CLI build the same object). */
   query(meta: RequestMeta, body: unknown): Promise<Outcome<QueryResponse>>;
+  /** Plausible's Stats API v2 (POST /api/v2/query) over query (plausible-stats.ts): Plausible's answer or `{ error }` */
+  plausibleQuery(meta: RequestMeta, body: unknown): Promise<{ ok: true; value: Record<string, unknown> } | { ok: false; status: number; error: string }>;
   /** POST /query/funnel */
   funnel(meta: RequestMeta, body: unknown): Promise<Outcome<FunnelResponse>>;
   listGoals(meta: RequestMeta, projectId: string): Promise<Outcome<{ goals: GoalView[] }>>;

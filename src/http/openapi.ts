@@ -164,6 +164,32 @@ export function openApiDocument(version: string): Json {
           },
         },
       },
+      '/api/v2/query': {
+        post: {
+          operationId: 'plausibleQuery',
+          summary: "Plausible's Stats API v2 over POST /query: site_id (a project's domain), metrics, date_range, dimensions, filters, order_by, include.total_rows, pagination; errors as { error }",
+          security: secured,
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { type: 'object', additionalProperties: true }, example: { site_id: 'shop.example', metrics: ['visitors', 'pageviews'], date_range: '7d', dimensions: ['visit:source'] } } },
+          },
+          responses: {
+            '200': { description: "Plausible's answer: { results: [{ metrics, dimensions }], meta, query }", content: { 'application/json': { schema: { type: 'object', additionalProperties: true } } } },
+            ...Object.fromEntries(
+              ([
+                ['400', 'what it cannot answer, named'],
+                ['401', 'no key, or an unknown one'],
+                ['403', 'a key of another site, or a pk_ key'],
+                ['404', 'no project names that domain'],
+                ['413', 'a body over 64 KiB'],
+                ['415', 'not JSON'],
+                ['429', 'rate limited'],
+                ['503', 'questions cannot be answered right now'],
+              ] as const).map(([status, d]) => [status, { description: `${d}: { error } as Plausible answers`, content: { 'application/json': { schema: { type: 'object', required: ['error'], properties: { error: { type: 'string' } } } } } }]),
+            ),
+          },
+        },
+      },
       '/metrics': {
         get: {
           operationId: 'getMetrics',

@@ -165,6 +165,7 @@ export class HttpFace {
     this.routes = {
       '/analytics': { POST: (req, res) => this.ingest(req, res) },
       '/api/event': { POST: (req, res) => this.plausibleEvent(req, res) },
+      '/api/v2/query': { POST: (req, res) => this.plausibleQuery(req, res) },
       '/metrics': { GET: (req, res, _url, query) => this.metrics(req, res, query) },
       '/metrics/realtime': { GET: (req, res, _url, query) => this.realtime(req, res, query) },
       '/projects': { GET: (req, res, _url, query) => this.listProjects(req, res, query), POST: (req, res) => this.createProject(req, res) },
@@ -373,6 +374,16 @@ export class HttpFace {
     if (!out.ok) return this.send(res, out);
     res.writeHead(202, { 'Content-Length': 0, 'Cache-Control': 'no-store', ...(out.value.dropped ? { 'x-plausible-dropped': '1' } : {}) });
     res.end();
+  }
+
+  /** POST /api/v2/query: Plausible's Stats API v2 (engine/plausible-stats.ts); errors as Plausible gives them, `{ "error" }`. */
+  private async plausibleQuery(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const meta = this.meta(req);
+    const body = await this.readJson(req, MAX_QUERY_BODY_BYTES);
+    if (!body.ok) return this.sendJson(res, statusOf(body.error.code), { error: body.error.message });
+    const out = await this.engine.plausibleQuery(meta, body.value);
+    if (!out.ok) return this.sendJson(res, out.status, { error: out.error });
+    this.sendJson(res, 200, out.value);
   }
 
   /** POST /projects/{id}/history: the body of POST /analytics. */
