@@ -51,3 +51,32 @@ test('derives country, device and session from the request, counts bots apart, a
     await svc.destroy();
   }
 });
+
+test('a raw User-Agent or address sent as a field of an event (a history line, page context) is read, never kept: not in any file, not in the export', async () => {
+  const svc = await startTestService();
+  try {
+    const { project, keys } = await createProject(svc.url, svc.adminKey);
+    const ua = 'Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1 Qv7HistoryToken';
+    const history = await api(svc.url, `/projects/${project.id}/history`, {
+      key: keys.secret,
+      body: [{ event: 'page_view', url: 'https://site.example/old', sessionId: 'h1', timestamp: Date.now() - 86_400_000, userAgent: ua, ip: '203.0.113.77', title: 'Kept page context' }],
+    });
+    assert.equal(history.status, 200, JSON.stringify(history.body));
+    const live = await api(svc.url, '/analytics', { key: keys.secret, body: { event: 'page_view', url: 'https://site.example/', user_agent: ua, ip_address: '203.0.113.77' } });
+    assert.equal(live.status, 200);
+    const yesterday = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    const m = (await api(svc.url, `/metrics?date=${yesterday}`, { key: keys.secret })).body;
+    assert.deepEqual(m.devices, { mobile: 1 }, 'the history line\'s User-Agent still gives its device');
+    const exported = await fetch(`${svc.url}/projects/${project.id}/export?from=${yesterday}`, { headers: { authorization: `Bearer ${keys.secret}` } }).then((r) => r.text());
+    assert.match(exported, /Kept page context/, 'other page context is kept');
+    assert.doesNotMatch(exported, /Qv7HistoryToken|203\.0\.113\.77/);
+    await svc.service.engine.snapshotNow();
+    await svc.stop();
+    for (const file of filesUnder(svc.dataDir)) {
+      const bytes = readFileSync(file);
+      for (const needle of ['Qv7HistoryToken', '203.0.113.77']) assert.equal(bytes.indexOf(Buffer.from(needle, 'latin1')), -1, `${file} contains ${needle}`);
+    }
+  } finally {
+    await svc.destroy();
+  }
+});

@@ -36,7 +36,13 @@ export interface NormalizeContext {
 export type NormalizeResult = { ok: true; event: StoredEvent } | { ok: false; path: string; message: string };
 
 const ISO_COUNTRY = /^[A-Za-z]{2}$/;
-const known = new Set<string>(KNOWN_FIELDS);
+/**
+ * Page-context fields that would keep what the privacy page says is never stored: a raw User-Agent (a history line
+ * may carry one to derive device, browser and OS from) and a client address. They are read, never kept.
+ */
+const PRIVATE_CONTEXT = ['userAgent', 'user_agent', 'ua', 'ip', 'ipAddress', 'ip_address'];
+
+const known = new Set<string>([...KNOWN_FIELDS, ...PRIVATE_CONTEXT]);
 
 /** Turns a validated event into the record the log stores and the reducer folds. */
 export function normalizeEvent(input: EventInput, ctx: NormalizeContext): NormalizeResult {
@@ -145,7 +151,7 @@ function trackedValues(params: Record<string, Scalar>, tracked: readonly string[
   return out;
 }
 
-const knownInHistory = new Set<string>([...KNOWN_FIELDS, ...HISTORY_FIELDS]);
+const knownInHistory = new Set<string>([...KNOWN_FIELDS, ...HISTORY_FIELDS, ...PRIVATE_CONTEXT]);
 
 function pickContext(input: EventInput, derived: Record<string, string> | undefined, history: boolean): Record<string, unknown> | undefined {
   let ctx: Record<string, unknown> | undefined;
