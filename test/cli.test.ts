@@ -91,6 +91,35 @@ describe('analytics CLI against a running service', () => {
     assert.equal(await metrics(), 1203);
   });
 
+  test('import --from plausible reads Plausible CE\'s raw export: UTM medium and campaign and every custom property kept; a re-run counts nothing twice', async () => {
+    const created = json(await cli(['projects', 'create', '--name', 'From Plausible', '--json'])) as { project: { id: string }; keys: { secret: string } };
+    const p = created.project.id;
+    const sk = created.keys.secret;
+    const file = path.join(svc.dataDir, 'events_v2.csv');
+    const day = new Date(Date.now() - 2 * 86_400_000).toISOString().slice(0, 10);
+    writeFileSync(
+      file,
+      [
+        'name,timestamp,hostname,pathname,referrer,referrer_source,utm_medium,utm_campaign,session_id,user_id,country_code,screen_size,browser,operating_system,meta.key,meta.value',
+        `pageview,${day} 10:00:00,shop.example,/,,Newsletter,email,june-digest,111,900,DE,Desktop,Firefox,Linux,[],[]`,
+        `Signup,${day} 10:01:00,shop.example,/signup,,Newsletter,email,june-digest,111,900,DE,Desktop,Firefox,Linux,"['plan','seats']","['pro','3']"`,
+        `pageview,${day} 11:00:00,shop.example,/pricing,https://www.google.com/,Google,,,222,901,US,Mobile,Safari,iOS,[],[]`,
+      ].join('\n') + '\n',
+    );
+    const first = json(await cli(['import', '--project', p, '--from', 'plausible', file, '--key', sk, '--json']));
+    assert.equal(first.sent, 3);
+    const ask = async (body: object) => (await api(svc.url, '/query', { key: sk, body: { from: day, to: day, ...body } })).body;
+    assert.deepEqual((await ask({ metrics: ['visits'], dimensions: ['utmCampaign'] })).results, [{ dimensions: ['june-digest'], metrics: [1] }]);
+    assert.deepEqual((await ask({ metrics: ['visits'], dimensions: ['utmMedium'] })).results, [{ dimensions: ['email'], metrics: [1] }]);
+    assert.deepEqual((await ask({ metrics: ['events'], dimensions: ['prop:plan', 'prop:seats'] })).results, [{ dimensions: ['pro', '3'], metrics: [1] }]);
+    assert.deepEqual((await ask({ metrics: ['visits'], dimensions: ['source'] })).results.map((r: { dimensions: string[] }) => r.dimensions[0]).sort(), ['Google', 'Newsletter']);
+    assert.equal(json(await cli(['import', '--project', p, '--from', 'plausible', file, '--key', sk, '--json'])).sent, 3);
+    assert.deepEqual((await ask({ metrics: ['events'] })).totals, [3], 'the re-run counted nothing twice');
+    const wrong = await cli(['import', '--project', p, '--from', 'matomo', file, '--key', sk]);
+    assert.notEqual(wrong.code, 0);
+    assert.match(wrong.stderr, /plausible, umami, ga4|choices/);
+  });
+
   test('export writes daily rows as CSV and NDJSON, and the stored events with --raw', async () => {
     // The project counts days in Berlin, ahead of UTC: from 23:00 (or 22:00) UTC its today is UTC's tomorrow, where the
     // events just imported lie. Counts are read up to the project's today; --to's default is today in UTC.

@@ -1,3 +1,4 @@
+import { convert, SOURCES } from '../convert.ts';
 import { createHash } from 'node:crypto';
 import { createReadStream, statSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -108,7 +109,10 @@ function toLine(projectId: string, n: number, text: string, value: unknown, from
   return { line: { n, event, json, bytes: Buffer.byteLength(json) + 1 } };
 }
 
-async function* ndjson(input: Readable, projectId: string, onBytes: (n: number) => void): AsyncGenerator<Parsed> {
+/** Rows of another service's export (`--from`) become events (../convert.ts); without it a row is one of ours. */
+type Convert = ((row: Record<string, unknown>) => Record<string, unknown>) | undefined;
+
+async function* ndjson(input: Readable, projectId: string, onBytes: (n: number) => void, convertRow: Convert): AsyncGenerator<Parsed> {
   let n = 0;
   for await (const text of createInterface({ input, crlfDelay: Infinity })) {
     n++;
@@ -121,17 +125,21 @@ async function* ndjson(input: Readable, projectId: string, onBytes: (n: number) 
       yield { refused: { line: n, message: 'not JSON' } };
       continue;
     }
-    yield toLine(projectId, n, text, value, true);
+    if (convertRow && (typeof value !== 'object' || value === null || Array.isArray(value))) {
+      yield { refused: { line: n, message: 'not a JSON object' } };
+      continue;
+    }
+    yield convertRow ? toLine(projectId, n, text, convertRow(value as Record<string, unknown>), false) : toLine(projectId, n, text, value, true);
   }
 }
 
-async function* csv(input: Readable, projectId: string, onBytes: (n: number) => void): AsyncGenerator<Parsed> {
+async function* csv(input: Readable, projectId: string, onBytes: (n: number) => void, convertRow: Convert): AsyncGenerator<Parsed> {
   const parser = input.pipe(parse({ columns: true, info: true, skip_empty_lines: true, relax_column_count: true, bom: true }));
   let lastBytes = 0;
   for await (const { record, info } of parser as AsyncIterable<{ record: Record<string, string>; info: { lines: number; bytes: number } }>) {
     onBytes(info.bytes - lastBytes);
     lastBytes = info.bytes;
-    const e = csvEvent(record);
+    const e = convertRow ? convertRow(record) : csvEvent(record);
     if (typeof e === 'string') yield { refused: { line: info.lines, message: e } };
     else yield toLine(projectId, info.lines, JSON.stringify(record), e, false);
   }
@@ -171,10 +179,12 @@ export function registerImport(program: Command): void {
       .description('send the events of an NDJSON or CSV file through POST /projects/{id}/history; re-runs count nothing twice')
       .requiredOption('--project <id>', 'project id')
       .addOption(new Option('--format <format>', 'input format (default: by the file name, else by its first character)').choices(['ndjson', 'csv']))
+      .addOption(new Option('--from <service>', 'the file is a raw-event export of another service (docs/history.md says how to make one)').choices(SOURCES))
       .argument('<file>', 'NDJSON or CSV file, or - for stdin'),
     // The history route is a project-management call: an admin key or the project's own secret key.
     'the project\'s sk_ key or an ak_ admin key (POST /projects/{id}/history takes both; pk_ and rk_ are refused)',
-  ).action(async (file: string, opts: RemoteOptions & { project: string; format?: 'ndjson' | 'csv' }) => {
+  ).action(async (file: string, opts: RemoteOptions & { project: string; format?: 'ndjson' | 'csv'; from?: string }) => {
+    const convertRow: Convert = opts.from === undefined ? undefined : (row) => convert(opts.from!, row);
     const api = new Remote(opts);
     let input: Readable;
     let size = 0;
@@ -258,7 +268,7 @@ export function registerImport(program: Command): void {
       );
     };
     try {
-      const parsed = format === 'csv' ? csv(input, opts.project, (n) => (bytesRead += n)) : ndjson(input, opts.project, (n) => (bytesRead += n));
+      const parsed = format === 'csv' ? csv(input, opts.project, (n) => (bytesRead += n), convertRow) : ndjson(input, opts.project, (n) => (bytesRead += n), convertRow);
       for await (const p of parsed) {
         lines++;
         if ('refused' in p) {
