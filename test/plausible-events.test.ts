@@ -76,10 +76,21 @@ describe('POST /api/event', () => {
     assert.deepEqual(q.body.results, [{ dimensions: ['pro'], metrics: [1] }]);
   });
 
-  test('revenue becomes the event\'s value and currency: a purchase counts in revenue', async () => {
+  test('revenue becomes the event\'s value and currency, and counts as a purchase\'s whatever the event\'s name', async () => {
     const r = await send({ name: 'purchase', url: 'https://shop.example/thanks', domain: 'shop.example', revenue: { currency: 'EUR', amount: '12.50' } });
     assert.equal(r.status, 202);
     assert.deepEqual((await metrics(shop)).revenue, { EUR: { total: 12.5, purchases: 1 } });
+    // Plausible's revenue goals are custom events: "Order" with revenue counts too, in GET /metrics and POST /query
+    assert.equal((await send({ name: 'Order', url: 'https://shop.example/thanks', domain: 'shop.example', revenue: { currency: 'EUR', amount: 30 } })).status, 202);
+    assert.deepEqual((await metrics(shop)).revenue, { EUR: { total: 42.5, purchases: 2 } });
+    const q = await api(svc.url, '/query', { key: shop.keys.secret, body: { metrics: ['revenue:EUR'], dimensions: ['event'] } });
+    assert.deepEqual(q.body.totals, [42.5]);
+    const byEvent = Object.fromEntries(q.body.results.map((row: { dimensions: string[]; metrics: number[] }) => [row.dimensions[0], row.metrics[0]]));
+    assert.equal(byEvent.Order, 30);
+    assert.equal(byEvent.purchase, 12.5);
+    // an event that sends value and currency by itself is no purchase unless it is named one
+    assert.equal((await api(svc.url, '/analytics', { key: shop.keys.secret, body: { event: 'Order', eventParams: { value: 99, currency: 'EUR' } } })).status, 200);
+    assert.deepEqual((await api(svc.url, '/query', { key: shop.keys.secret, body: { metrics: ['revenue:EUR'] } })).body.totals, [42.5]);
   });
 
   test('a comma-separated domain sends to each site; an unknown one is dropped with x-plausible-dropped', async () => {

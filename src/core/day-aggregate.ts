@@ -139,7 +139,7 @@ class DayState {
       if (e.utmCampaign !== undefined) this.insights.utmCampaigns.add(e.utmCampaign);
     }
     if (e.props !== undefined) this.applyProps(e.props);
-    if (e.event === 'purchase') this.applyPurchase(e);
+    if (e.event === 'purchase' || e.rev === 1) this.applyPurchase(e);
     if (isPageview) {
       if (pv <= 0) this.insights.entryPages.add(e.path || '/');
       const next = (pv < 0 ? 0 : pv) + 1;

@@ -56,6 +56,11 @@ export interface StoredEvent {
   /** page context: fields we keep but do not aggregate */
   ctx?: Record<string, unknown>;
   /**
+   * 1: the event carried revenue (Plausible's Events API `revenue`): counted in revenue figures as a purchase is,
+   * whatever its name (its value and currency are its `value` and `currency` params)
+   */
+  rev?: 1;
+  /**
    * 1: sent through POST /projects/{id}/history: counted in its own day like any event, but not live traffic (never
    * in realtime), not against the monthly allowance, its eventId remembered for good instead of for 48 h.
    */

@@ -313,6 +313,9 @@ async function goalTotals(a: Asker, r: Range, filters: ViewFilter[], until?: str
   return { visitors: q.totals[0] ?? 0, conversions: q.totals[1] ?? 0, conversionRate: q.totals[2] ?? 0 };
 }
 
+/** The property an event that carried revenue has in the column store (REVENUE_MARK, src/core/columns/segment.ts). */
+const REVENUE_MARK = '\u0000revenue';
+
 /** Metrics a question takes at most: revenue of more currencies is asked in several. */
 const MAX_QUERY_METRICS = 10;
 
@@ -321,11 +324,15 @@ const MAX_QUERY_METRICS = 10;
  * purchases by currency: the revenue card follows the filters as every other figure does.
  */
 async function revenueOf(a: Asker, r: Range, currencies: string[], filters: ViewFilter[]): Promise<Metrics['revenue']> {
-  const purchases = unwrap(await ask(a, { ...r, metrics: ['events'], dimensions: ['prop:currency'], filters: [...asFilters(filters), ['is', 'event', ['purchase']]], limit: TABLE_LIMIT }));
+  // purchases: events named purchase, and events of another name that carried revenue (REVENUE_MARK of the columns)
+  const kinds: Array<Array<[string, string, string[]]>> = [[['is', 'event', ['purchase']]], [['isNot', 'event', ['purchase']], ['is', `prop:${REVENUE_MARK}`, ['1']]]];
   const counts = new Map<string, number>();
-  for (const row of purchases.results) {
-    const c = row.dimensions[0]!.toUpperCase();
-    counts.set(c, (counts.get(c) ?? 0) + row.metrics[0]!);
+  for (const kind of kinds) {
+    const purchases = unwrap(await ask(a, { ...r, metrics: ['events'], dimensions: ['prop:currency'], filters: [...asFilters(filters), ...kind], limit: TABLE_LIMIT }));
+    for (const row of purchases.results) {
+      const c = row.dimensions[0]!.toUpperCase();
+      counts.set(c, (counts.get(c) ?? 0) + row.metrics[0]!);
+    }
   }
   const out: NonNullable<Metrics['revenue']> = {};
   for (let i = 0; i < currencies.length; i += MAX_QUERY_METRICS) {

@@ -86,12 +86,15 @@ export class Ingest {
     return { ok: true, value: { accepted: appended, duplicates: batch.duplicates + batch.records.length - appended }, rate };
   }
 
-  /** Events for `project` under its publishable key's rules, sent without a key (Plausible's Events API: plausible.ts). */
-  asProject(meta: RequestMeta, project: ProjectRecord, events: unknown[]): Promise<Outcome<IngestAck>> {
-    return this.live(meta, events, async () => this.parts.admission.admitIngestForProject(meta, project));
+  /**
+   * Events for `project` under its publishable key's rules, sent without a key (Plausible's Events API: plausible.ts);
+   * `revenue`: the events carry revenue, counted as a purchase's whatever their name.
+   */
+  asProject(meta: RequestMeta, project: ProjectRecord, events: unknown[], revenue = false): Promise<Outcome<IngestAck>> {
+    return this.live(meta, events, async () => this.parts.admission.admitIngestForProject(meta, project), revenue);
   }
 
-  private async live(meta: RequestMeta, events: unknown[], admit = () => this.parts.admission.admitIngestFresh(meta)): Promise<Outcome<IngestAck>> {
+  private async live(meta: RequestMeta, events: unknown[], admit = () => this.parts.admission.admitIngestFresh(meta), revenue = false): Promise<Outcome<IngestAck>> {
     const { admission, backend } = this.parts;
     const closed = admission.shuttingDown();
     if (closed) return closed;
@@ -106,6 +109,7 @@ export class Ingest {
     const sorted = this.sort(project, events, request, now, rate);
     if (!('records' in sorted)) return sorted;
     if (sorted.details.length > 0) return invalidEvents(sorted.details, events.length, rate);
+    if (revenue) for (const r of sorted.records) if (r.t === 'e') r.rev = 1;
     const over = this.overQuota(project, sorted.stored, now, rate);
     if (over) return over;
     const appended = await this.append(project.id, sorted.records, sorted.ids, sorted.stored, rate);

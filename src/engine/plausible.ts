@@ -28,6 +28,8 @@ export interface PlausibleAck {
 interface PlausibleEvent {
   domains: string[];
   event: Record<string, unknown>;
+  /** it carried `revenue`: counted as a purchase is */
+  revenue: boolean;
 }
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
@@ -73,7 +75,7 @@ export function readPlausibleEvent(body: unknown): { ok: true; value: PlausibleE
   const referrer = str(b.referrer ?? b.r);
   if (referrer) event.referrer = referrer;
   if (Object.keys(eventParams).length > 0) event.eventParams = eventParams;
-  return { ok: true, value: { domains, event } };
+  return { ok: true, value: { domains, event, revenue: Boolean(revenue) } };
 }
 
 /** POST /api/event: the event to each named site; 400 only for a body that is no event. */
@@ -87,7 +89,7 @@ export async function plausibleEvent(parts: PlausibleParts, meta: RequestMeta, b
       dropped = true;
       continue;
     }
-    const out = await parts.ingestion.asProject(meta, project, [read.value.event]);
+    const out = await parts.ingestion.asProject(meta, project, [read.value.event], read.value.revenue);
     if (!out.ok) dropped = true;
   }
   return { ok: true, value: { dropped } };

@@ -51,6 +51,12 @@ export interface SegmentView {
   prop(key: string): PropColumn | undefined;
 }
 
+/**
+ * The property entry an event with revenue carries (StoredEvent.rev: Plausible's Events API revenue): revenue:<CUR>
+ * counts it as a purchase whatever its name. A key no client sends (it starts with NUL).
+ */
+export const REVENUE_MARK = '\u0000revenue';
+
 /** A property value as the contract names it: strings as is, numbers as String(n), true/false, null. */
 export function propString(v: Scalar): string {
   return v === null ? 'null' : typeof v === 'string' ? v : String(v);
@@ -215,13 +221,17 @@ export class SegmentBuilder implements SegmentView {
     this.set(6, i, e.os ?? UNKNOWN);
     this.set(7, i, e.utmMedium);
     this.set(8, i, e.utmCampaign);
-    for (const key in e.params) {
-      if (this.pCount === this.pRow.length) this.enlargeProps();
-      const j = this.pCount++;
-      this.pRow[j] = i;
-      this.pKey[j] = this.propKeyDict.code(key) - 1;
-      this.pVal[j] = this.propValueDict.code(propString(e.params[key]!));
-    }
+    for (const key in e.params) this.addEntry(i, key, propString(e.params[key]!));
+    if (e.rev === 1) this.addEntry(i, REVENUE_MARK, '1');
+  }
+
+  /** One property entry of event i. */
+  private addEntry(i: number, key: string, value: string): void {
+    if (this.pCount === this.pRow.length) this.enlargeProps();
+    const j = this.pCount++;
+    this.pRow[j] = i;
+    this.pKey[j] = this.propKeyDict.code(key) - 1;
+    this.pVal[j] = this.propValueDict.code(value);
   }
 
   /**
