@@ -88,6 +88,13 @@ describe('POST /api/event', () => {
     const byEvent = Object.fromEntries(q.body.results.map((row: { dimensions: string[]; metrics: number[] }) => [row.dimensions[0], row.metrics[0]]));
     assert.equal(byEvent.Order, 30);
     assert.equal(byEvent.purchase, 12.5);
+    // exported and imported into another project, it still counts as a purchase
+    const lines = (await fetch(`${svc.url}/projects/${shop.project.id}/export`, { headers: { authorization: `Bearer ${shop.keys.secret}` } }).then((x) => x.text())).trim().split('\n').map((l) => JSON.parse(l));
+    const order = lines.find((l) => l.event === 'Order');
+    assert.equal(order.revenue, true);
+    const copy = await createProject(svc.url, svc.adminKey, { name: 'Copy' });
+    assert.equal((await api(svc.url, `/projects/${copy.project.id}/history`, { key: copy.keys.secret, body: lines })).status, 200);
+    assert.deepEqual((await metrics(copy)).revenue, { EUR: { total: 42.5, purchases: 2 } });
     // an event that sends value and currency by itself is no purchase unless it is named one
     assert.equal((await api(svc.url, '/analytics', { key: shop.keys.secret, body: { event: 'Order', eventParams: { value: 99, currency: 'EUR' } } })).status, 200);
     assert.deepEqual((await api(svc.url, '/query', { key: shop.keys.secret, body: { metrics: ['revenue:EUR'] } })).body.totals, [42.5]);

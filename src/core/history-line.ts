@@ -24,6 +24,7 @@ export function exportLine(e: StoredEvent): Record<string, unknown> {
   if (Object.keys(e.params).length > 0) out.eventParams = e.params;
   if (e.items !== undefined) out.items = e.items;
   if (e.eventId !== undefined) out.eventId = e.eventId;
+  if (e.rev === 1) out.revenue = true; // it came with revenue: a purchase whatever its name (StoredEvent.rev)
   return out;
 }
 

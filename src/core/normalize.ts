@@ -151,7 +151,8 @@ function trackedValues(params: Record<string, Scalar>, tracked: readonly string[
   return out;
 }
 
-const knownInHistory = new Set<string>([...KNOWN_FIELDS, ...HISTORY_FIELDS, ...PRIVATE_CONTEXT]);
+/** `revenue: true` of an export line is read by the history route (StoredEvent.rev), not kept as page context. */
+const knownInHistory = new Set<string>([...KNOWN_FIELDS, ...HISTORY_FIELDS, ...PRIVATE_CONTEXT, 'revenue']);
 
 function pickContext(input: EventInput, derived: Record<string, string> | undefined, history: boolean): Record<string, unknown> | undefined {
   let ctx: Record<string, unknown> | undefined;

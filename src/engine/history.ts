@@ -80,6 +80,8 @@ export function historyBatch(
       }
       ids.add(eventId);
     }
+    // an exported event that came with revenue (Plausible's Events API) counts as a purchase again
+    if ((input as { revenue?: unknown }).revenue === true) normalized.event.rev = 1;
     records.push(normalized.event);
   }
   return { records, ids, duplicates, details };
