@@ -35,6 +35,8 @@ export const crc = (bytes: Uint8Array): number => crc32(bytes);
  */
 export class DamagedSegmentError extends Error {
   override readonly name = 'DamagedSegmentError';
+  /** the error code a cluster owner's read reply carries, so the node that forwarded the question answers 503 too */
+  readonly code = 'unavailable';
   constructor(
     readonly file: string,
     readonly key: SegKey,
