@@ -1,3 +1,4 @@
+// long because the OpenAPI document is one literal object: every route with its request and answers, side by side as the reader checks them.
 import { z } from 'zod';
 import { EventSchema } from '../core/event-schema.ts';
 import { MAX_BATCH_EVENTS } from '../core/limits.ts';
