@@ -45,6 +45,17 @@ async function waitFor(output: () => string, re: RegExp, ms = 15_000): Promise<s
   }
 }
 
+/** Changes every copy of `id` in `bytes` (a page may keep a stale copy in its free space), each next to its project. */
+function eachCopy(bytes: Buffer, id: Buffer, projectId: string, change: (at: number) => void): number {
+  let copies = 0;
+  for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
+    assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(projectId)), 'the remembered id, next to its project');
+    change(at);
+    copies++;
+  }
+  return copies;
+}
+
 test('one stored eventId damaged in a copy of a real data dir: the service names the damaged record, rebuilds the ids from the log, and a resend of every acknowledged batch counts nothing twice', async () => {
   const work = mkdtempSync(path.join(tmpdir(), 'analytics-idsdamage-'));
   const svc = await startTestService({ ANALYTICS_SNAPSHOT_EVERY_EVENTS: '100000000' }, { dataDir: path.join(work, 'data') });
@@ -63,13 +74,10 @@ test('one stored eventId damaged in a copy of a real data dir: the service names
     // the remembered id's key is the project id and the eventId side by side (the log holds its ids compressed)
     // (a page may hold a stale copy of a record in its free space: every copy is damaged)
     const id = Buffer.from(idOf(5, 50));
-    let copies = 0;
-    for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
-      assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(p.project.id)), 'found in the remembered ids, next to its project');
-      // 16 bytes: the id's last 8 and the receive time stored after it
+    // 16 bytes: the id's last 8 and the receive time stored after it
+    const copies = eachCopy(bytes, id, p.project.id, (at) => {
       for (let i = at + id.length - 8; i < at + id.length + 8; i++) bytes[i] = bytes[i]! ^ 0xff;
-      copies++;
-    }
+    });
     assert.ok(copies > 0, 'the eventId is in the file');
     writeFileSync(file, bytes);
 
@@ -134,12 +142,7 @@ test('a remembered eventId whose key is damaged (not detectable as damage): a re
     // "dmgid-2-00:0", between -0099 and -0101) and its receive time is intact: LMDB's pages stay sound, the key decodes
     // as a [project, eventId] pair, nothing shows it as damaged; only the id is gone
     const id = Buffer.from(bigId(2, 100));
-    let copies = 0;
-    for (let at = bytes.indexOf(id); at >= 0; at = bytes.indexOf(id, at + 1)) {
-      assert.ok(bytes.subarray(at - 40, at).includes(Buffer.from(p.project.id)), 'the remembered id, next to its project');
-      bytes.write('00:0', at + id.length - 4, 'latin1');
-      copies++;
-    }
+    const copies = eachCopy(bytes, id, p.project.id, (at) => bytes.write('00:0', at + id.length - 4, 'latin1'));
     assert.ok(copies > 0);
     writeFileSync(file, bytes);
     for (let run = 0; run < 20; run++) {

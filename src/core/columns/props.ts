@@ -88,20 +88,26 @@ export function groupByKey(e: PropEntries): PropIndex {
 export function scanProp(e: PropEntries, n: number, keyCode: number | undefined): PropColumn | undefined {
   if (keyCode === undefined || keyCode >= e.keyCount) return undefined;
   const codes = new Uint32Array(n);
-  const dict: string[] = [];
-  const local = new Map<number, number>();
-  for (let j = 0; j < e.count; j++) {
-    if (e.key[j] !== keyCode) continue;
-    const g = e.val[j]!;
-    let c = local.get(g);
+  const local = new LocalDict(e.values);
+  for (let j = 0; j < e.count; j++) if (e.key[j] === keyCode) codes[e.row[j]!] = local.code(e.val[j]!);
+  return { codes, dict: local.dict };
+}
+
+/** A dictionary of one key's values, coded as they are met, over a dictionary shared by every key. */
+class LocalDict {
+  readonly dict: string[] = [];
+  private readonly local = new Map<number, number>();
+  constructor(private readonly shared: readonly string[]) {}
+  /** local code (1-based) of shared code g */
+  code(g: number): number {
+    let c = this.local.get(g);
     if (c === undefined) {
-      dict.push(e.values[g - 1]!);
-      c = dict.length;
-      local.set(g, c);
+      this.dict.push(this.shared[g - 1]!);
+      c = this.dict.length;
+      this.local.set(g, c);
     }
-    codes[e.row[j]!] = c;
+    return c;
   }
-  return { codes, dict };
 }
 
 /**
@@ -116,19 +122,9 @@ function localValues(ix: PropIndex, k: number, put: (j: number, code: number) =>
     for (let j = from; j < to; j++) put(j, ix.vals[j]!);
     return all;
   }
-  const dict: string[] = [];
-  const local = new Map<number, number>();
-  for (let j = from; j < to; j++) {
-    const g = ix.vals[j]!;
-    let c = local.get(g);
-    if (c === undefined) {
-      dict.push(all[g - 1]!);
-      c = dict.length;
-      local.set(g, c);
-    }
-    put(j, c);
-  }
-  return dict;
+  const local = new LocalDict(all);
+  for (let j = from; j < to; j++) put(j, local.code(ix.vals[j]!));
+  return local.dict;
 }
 
 /** Key `key` of an index as a dense column of `n` events (0: the event does not carry it). */
